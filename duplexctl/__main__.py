@@ -1,0 +1,3 @@
+from duplexctl.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Audio: wire formats, resampling, files, pacing and playback clocks."""

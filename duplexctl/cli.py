@@ -1,0 +1,151 @@
+"""The ``duplexctl`` command line: a thin Typer layer.
+
+Each command parses its options, builds a config, calls one function of the package and
+renders the result. Heavy imports (numpy, websockets, sounddevice) happen inside the
+commands so ``duplexctl --help`` stays fast and every command but ``talk`` works without
+PortAudio. Errors of :mod:`duplexctl.errors` become one line on stderr and their exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from duplexctl import __version__
+from duplexctl.errors import DuplexctlError
+
+app = typer.Typer(
+    name="duplexctl",
+    help="Test full-duplex speech servers (vLLM-Omni duplex Realtime protocol).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reports_errors(fn: F) -> F:
+    """Turn DuplexctlError into one stderr line and its exit code; Ctrl-C into 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DuplexctlError as exc:
+            print(f"duplexctl: error: {exc}", file=sys.stderr)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            print("duplexctl: interrupted", file=sys.stderr)
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"duplexctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Test full-duplex speech servers: talk, replay, load, probe, serve."""
+
+
+@app.command()
+@reports_errors
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0 = a free one).")] = 8765,
+    max_sessions: Annotated[int, typer.Option(help="Admission limit.")] = 4,
+    dialect: Annotated[str, typer.Option(help="Wire dialect: g2 (vLLM-Omni 0.30+) or g1.")] = "g2",
+    model_profile: Annotated[
+        str,
+        typer.Option(
+            help="native: MiniCPM-o-like (auto_response allowed); turn: Qwen3-Omni-like "
+            "(commit or server VAD only)."
+        ),
+    ] = "native",
+    voice: Annotated[str, typer.Option(help="Simulated reply: tone or echo.")] = "tone",
+    reply_seconds: Annotated[float, typer.Option(help="Length of a tone reply.")] = 2.0,
+    ttfa_ms: Annotated[float, typer.Option(help="Simulated time to first audio.")] = 300.0,
+    ttfa_jitter_ms: Annotated[float, typer.Option(help="Uniform jitter added to ttfa.")] = 0.0,
+    chunk_ms: Annotated[int, typer.Option(help="Output audio chunk (model unit) in ms.")] = 1000,
+    realtime_factor: Annotated[
+        float, typer.Option(help="Delta pacing: 1 = real time, 0 = as fast as computed.")
+    ] = 1.0,
+    gpu_slots: Annotated[int, typer.Option(help="Simulated GPU batch slots (0 = unlimited).")] = 0,
+    unit_compute_ms: Annotated[
+        float, typer.Option(help="GPU time one output unit occupies a slot.")
+    ] = 0.0,
+    disconnect_grace_s: Annotated[float, typer.Option(help="Resume window after a drop.")] = 30.0,
+    idle_ttl_s: Annotated[float, typer.Option(help="Session idle TTL (0 = none).")] = 300.0,
+    config_timeout_s: Annotated[
+        float, typer.Option(help="Wait for the first client event.")
+    ] = 10.0,
+    resume_replay_ttl_s: Annotated[float, typer.Option(help="Journal entry TTL.")] = 60.0,
+    reaper_interval_s: Annotated[float, typer.Option(help="Lease reaper tick.")] = 1.0,
+    seed: Annotated[int | None, typer.Option(help="Seed for jitter.")] = None,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Inject a fault: leak-undelivered-created, orphan-response, stuck-gate, "
+            "drop-after=N, latency-ms=MS, fail-append-every=N (repeatable)."
+        ),
+    ] = None,
+) -> None:
+    """Run the reference duplex server (simulated model) until Ctrl-C."""
+    from duplexctl.errors import BadInput
+    from duplexctl.protocol.names import Dialect
+    from duplexctl.server.config import ServerConfig, parse_fault
+
+    try:
+        faults = [parse_fault(spec) for spec in fault or []]
+        config = ServerConfig(
+            host=host,
+            port=port,
+            max_sessions=max_sessions,
+            dialect=Dialect(dialect.lower()),
+            model_profile=model_profile,  # type: ignore[arg-type]
+            voice=voice,  # type: ignore[arg-type]
+            reply_seconds=reply_seconds,
+            ttfa_ms=ttfa_ms,
+            ttfa_jitter_ms=ttfa_jitter_ms,
+            chunk_ms=chunk_ms,
+            realtime_factor=realtime_factor,
+            gpu_slots=gpu_slots,
+            unit_compute_ms=unit_compute_ms,
+            disconnect_grace_s=disconnect_grace_s,
+            idle_ttl_s=idle_ttl_s or None,
+            config_timeout_s=config_timeout_s,
+            resume_replay_ttl_s=resume_replay_ttl_s,
+            reaper_interval_s=reaper_interval_s,
+            seed=seed,
+            faults=faults,
+        )
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if model_profile not in ("native", "turn"):
+        raise BadInput(f"--model-profile must be native or turn, not {model_profile!r}")
+    if voice not in ("tone", "echo"):
+        raise BadInput(f"--voice must be tone or echo, not {voice!r}")
+    if max_sessions < 1:
+        raise BadInput("--max-sessions must be at least 1")
+
+    from duplexctl.server.app import run
+
+    run(config)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,36 @@
+"""The error hierarchy behind duplexctl's exit codes (design.md: command-line contract).
+
+Commands raise these; :func:`duplexctl.cli.main` prints one line naming the problem (no
+traceback) and exits with the class's code: 1 a check failed, 2 bad usage or bad input,
+3 the server could not be reached or refused the session.
+"""
+
+from __future__ import annotations
+
+
+class DuplexctlError(Exception):
+    """Base class; ``exit_code`` is what the process exits with."""
+
+    exit_code = 1
+
+
+class CheckFailed(DuplexctlError):
+    """An expectation, invariant, probe or SLO threshold failed."""
+
+    exit_code = 1
+
+
+class BadInput(DuplexctlError):
+    """Unreadable audio, a malformed scenario or option: the user must fix the input."""
+
+    exit_code = 2
+
+
+class MissingDependency(BadInput):
+    """A system library or device the command needs is not there (e.g. PortAudio)."""
+
+
+class ServerUnreachable(DuplexctlError):
+    """The server could not be reached, or the handshake failed (rejection included)."""
+
+    exit_code = 3

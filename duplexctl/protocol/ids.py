@@ -1,0 +1,61 @@
+"""Identifier formats of the G2 protocol (protocol.md §2).
+
+Kept in one place so that the server mints ids of exactly the shape real servers use and the
+client can recognise them (for example the assistant item of a response is always
+``item_<response_id>``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+
+def _hex32() -> str:
+    return uuid.uuid4().hex
+
+
+def session_id() -> str:
+    """``duplex-<32 hex>``: always allocated by the server in G2."""
+    return f"duplex-{_hex32()}"
+
+
+def server_event_id() -> str:
+    """``event_<32 hex>``, fresh per server event (replays keep the original)."""
+    return f"event_{_hex32()}"
+
+
+def client_event_id() -> str:
+    """``evt_<32 hex>``, what the first-party client stamps on every send."""
+    return f"evt_{_hex32()}"
+
+
+def user_item_id() -> str:
+    """``item_<32 hex>`` for user items created by commits."""
+    return f"item_{_hex32()}"
+
+
+def response_id(session: str, epoch: int) -> str:
+    """``resp-<session_id>-<epoch>-<8 hex>``: the epoch is readable from the id."""
+    return f"resp-{session}-{epoch}-{secrets.token_hex(4)}"
+
+
+def assistant_item_id(response: str) -> str:
+    """The assistant item of a response is always ``item_<response_id>``."""
+    return f"item_{response}"
+
+
+def resume_token() -> str:
+    """Opaque URL-safe token, 43 characters like the real server's."""
+    return secrets.token_urlsafe(32)
+
+
+def epoch_of_response_id(response: str) -> int | None:
+    """Read the epoch out of a G2 response id, or None when the id has another shape."""
+    parts = response.rsplit("-", 2)
+    if len(parts) != 3 or not parts[0].startswith("resp-"):
+        return None
+    try:
+        return int(parts[1])
+    except ValueError:
+        return None

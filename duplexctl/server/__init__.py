@@ -1,0 +1,1 @@
+"""The reference duplex server (``duplexctl serve``): protocol-faithful, simulated model."""

@@ -1,0 +1,106 @@
+"""Settings of the reference server, one dataclass shared by the CLI, the transport, the
+session engine and the simulated model.
+
+Defaults follow vLLM-Omni 0.30.0's ``DuplexSessionRuntimeConfig`` (protocol.md §6.6) except
+``max_sessions`` (4, MiniCPM-o's deploy profile) and the model-native lane's 1000 ms unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from duplexctl.protocol.names import Dialect
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injected fault or known server bug (``--fault NAME[=VALUE]``)."""
+
+    name: str
+    value: float | None = None
+
+
+KNOWN_FAULTS = {
+    # a session whose session.created could not be delivered stays in disconnect grace
+    # (holding its admission slot) instead of being closed at once
+    "leak-undelivered-created": False,
+    # a response created for an append that then fails never gets its response.done
+    "orphan-response": False,
+    # after a barge-in the turn gate stays closed: the next utterance is committed but
+    # never answered
+    "stuck-gate": False,
+    # drop the connection (no close frame) after N server events on it
+    "drop-after": True,
+    # add this many ms to every model step (time to first audio and chunk period)
+    "latency-ms": True,
+    # every N-th append fails inside the session (runtime_append_failed)
+    "fail-append-every": True,
+}
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    dialect: Dialect = Dialect.G2
+    served_model: str = "duplexctl/simulated-duplex"
+    # lane/model personality: "turn" = Qwen3-Omni-like turn-based plugin (refuses
+    # auto_response); "native" = MiniCPM-o-like model-native plugin (accepts both lanes)
+    model_profile: Literal["native", "turn"] = "native"
+
+    # admission and lifecycle (protocol.md §6.6-6.8)
+    max_sessions: int = 4
+    disconnect_grace_s: float = 30.0
+    idle_ttl_s: float | None = 300.0
+    reaper_interval_s: float = 1.0
+    resume_replay_ttl_s: float = 60.0
+    resume_replay_max_bytes: int = 8 * MiB
+    config_timeout_s: float = 10.0
+    ws_idle_timeout_s: float = 300.0
+    max_event_bytes: int = 15 * MiB  # event_too_large above this (socket stays open)
+    ws_max_size: int = 16 * MiB  # websocket layer: close 1009 above this
+    max_pending_input_bytes: int = 16 * MiB  # counted as float32 at 16 kHz
+    max_pending_turns: int = 4
+
+    # simulated model (design.md: honest about time)
+    voice: Literal["tone", "echo"] = "tone"
+    reply_seconds: float = 2.0
+    ttfa_ms: float = 300.0
+    ttfa_jitter_ms: float = 0.0
+    chunk_ms: int = 1000  # output audio chunk (model unit); 80 for PersonaPlex-like
+    output_rate: int = 24000
+    realtime_factor: float = 1.0  # 1 = deltas paced in real time, 0 = as fast as computed
+    gpu_slots: int = 0  # 0 = unlimited (no contention)
+    unit_compute_ms: float = 0.0  # GPU time one output unit occupies a slot
+    silence_units: int = 1  # native lane: silent units after speech before answering
+    seed: int | None = None
+
+    faults: list[Fault] = field(default_factory=list)
+
+    def fault(self, name: str) -> Fault | None:
+        """The injected fault called ``name``, if it is on."""
+        for fault in self.faults:
+            if fault.name == name:
+                return fault
+        return None
+
+
+def parse_fault(spec: str) -> Fault:
+    """Parse ``NAME`` or ``NAME=VALUE``; raises ValueError naming the problem."""
+    name, _, value = spec.partition("=")
+    name = name.strip()
+    if name not in KNOWN_FAULTS:
+        known = ", ".join(sorted(KNOWN_FAULTS))
+        raise ValueError(f"unknown fault {name!r} (known: {known})")
+    takes_value = KNOWN_FAULTS[name]
+    if takes_value and not value:
+        raise ValueError(f"fault {name!r} needs a value: --fault {name}=N")
+    if not takes_value and value:
+        raise ValueError(f"fault {name!r} takes no value")
+    try:
+        return Fault(name, float(value) if value else None)
+    except ValueError:
+        raise ValueError(f"fault {name!r}: {value!r} is not a number") from None
