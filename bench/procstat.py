@@ -1,0 +1,35 @@
+"""CPU seconds of a process from /proc (Linux), so benchmarks need no extra dependency."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds consumed so far by ``pid`` (default: this process)."""
+    path = f"/proc/{pid or os.getpid()}/stat"
+    with open(path) as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    # fields[11] = utime, fields[12] = stime (0-based after the comm field)
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+@dataclass
+class CpuWindow:
+    """CPU used by a process over a wall-clock window."""
+
+    pid: int
+    cpu0: float = 0.0
+    wall0: float = 0.0
+
+    def start(self) -> None:
+        self.cpu0 = cpu_seconds(self.pid)
+        self.wall0 = time.monotonic()
+
+    def stop(self) -> tuple[float, float]:
+        """(cpu seconds, wall seconds) since start()."""
+        return cpu_seconds(self.pid) - self.cpu0, time.monotonic() - self.wall0
