@@ -1,0 +1,63 @@
+"""Scripted conversations for ``duplexctl replay``: the scenario format, its parser, its runner.
+
+A scenario is a TOML file. Paths are relative to the file. Example (``recordings/barge_in.toml``)::
+
+    name = "barge_in"
+    description = "The user talks over the answer; the server must stop it."
+
+    [settings]                      # all optional; an explicit command-line flag wins
+    turn_detection = "server_vad"   # or "none" (client commits)
+    auto_response = false           # true: the model decides when to answer (native lane)
+    commit = false                  # true: client commits even with server VAD
+    chunk_ms = 100                  # append size
+    pace = "realtime"               # or "fast"
+    response_timeout_s = 15
+    prebuffer_ms = 0                # simulated playback jitter buffer
+    model = "…"; voice = "…"; instructions = "…"; ref_audio = "voice.wav"
+
+    [session]                       # merged into the opening session.update as-is
+    turn_detection = { type = "server_vad", silence_duration_ms = 800 }
+
+    [[step]]
+    action = "say"                  # speak a file as the next user turn (does not wait)
+    file = "hello.wav"
+    # commit = true                 # commit tail_ms (200) after the end of speech
+    expect = { outcome = "spoke", ttfa_ms = "<2000" }
+
+    [[step]]
+    action = "barge_in"             # speak over the answer, after_ms after its first audio
+    file = "interrupt.wav"
+    after_ms = 600                  # anchor = "first_audio" (default) or "start" (of the step)
+    # interrupt = "speech" | "barge_in" | "cancel"   (default: speech with server VAD,
+    #                                 else barge_in if supported, else cancel)
+    expect = { outcome = "cancelled", reason = ["turn_detected", "barge_in"], cancel_ack_ms = "<1500" }
+
+    [[step]]
+    action = "wait"                 # wait for the latest turn's answer to end (and play out)
+    timeout_s = 15
+
+Actions and their keys (``expect`` is allowed on every step):
+
+=========== ==================================================================================
+``say``      ``file`` (required), ``commit`` (bool), ``tail_ms`` (200)
+``silence``  ``ms`` (required): let the microphone run with silence
+``wait``     ``timeout_s`` (default: the run's response timeout); timeout ⇒ ``no_response``
+``barge_in`` ``file``, ``after_ms`` (500), ``anchor``, ``interrupt``, ``commit``, ``tail_ms``
+``cancel``   ``after_ms`` (500), ``anchor``: send ``response.cancel``
+``drop``     ``after_ms`` (500), ``anchor``, ``resume_after_ms`` (500): kill the socket, resume
+``commit``   ``response_create`` (true): send ``input_audio_buffer.commit`` now
+=========== ==================================================================================
+
+``expect`` bounds a figure of the turn the step concerns (``say``: the turn it starts;
+``wait``: the turn it waits for; ``barge_in``/``cancel``/``drop``: the turn whose answer it
+interrupts): ``outcome`` / ``status`` / ``reason`` take a string or a list (any of); figures
+(``ttfa_ms``, ``cancel_ack_ms``, ``seq_gaps``, … see ``duplexctl.report.turns.ORIGINS``)
+take a number (equality), ``"<N"``, ``"<=N"``, ``">N"``, ``">=N"``, ``"==N"``, ``"!=N"`` or
+``"A..B"``; ``chunk_gap_ms`` compares its max. A list of WAV files instead of a scenario is
+``say`` + ``wait`` per file.
+"""
+
+from duplexctl.scenario.model import Scenario
+from duplexctl.scenario.parse import load_inputs, load_scenario, parse_scenario
+
+__all__ = ["Scenario", "load_inputs", "load_scenario", "parse_scenario"]
