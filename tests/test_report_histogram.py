@@ -1,0 +1,212 @@
+"""LatencyHistogram / HistogramSet: exact merge, lossless encoding, signed values."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from duplexctl.report.histogram import (
+    HIGHEST_TRACKABLE,
+    RATIO_SCALE,
+    HistogramSet,
+    LatencyHistogram,
+    scale_for,
+)
+
+PS = (0, 1, 10, 25, 50, 75, 90, 95, 99, 99.9, 100)
+ms_values = st.floats(min_value=-5_000, max_value=600_000, allow_nan=False, allow_infinity=False)
+
+
+def hist_of(values: list[float]) -> LatencyHistogram:
+    h = LatencyHistogram()
+    h.record_many(values)
+    return h
+
+
+def test_split_then_merged_equals_recorded_whole() -> None:
+    rng = random.Random(7)
+    values = [rng.lognormvariate(5.5, 0.6) for _ in range(5000)] + [
+        -rng.random() * 80 for _ in range(50)
+    ]
+    whole = hist_of(values)
+    parts = [hist_of(values[i::4]) for i in range(4)]
+    merged = LatencyHistogram()
+    for part in parts:
+        merged.merge(part)
+    assert merged == whole
+    assert merged.bucket_counts() == whole.bucket_counts()
+    assert merged.percentiles(PS) == whole.percentiles(PS)
+    assert merged.to_dict() == whole.to_dict()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(ms_values, max_size=60),
+    st.lists(ms_values, max_size=60),
+    st.lists(ms_values, max_size=60),
+)
+def test_merge_is_exact_associative_commutative(
+    a: list[float], b: list[float], c: list[float]
+) -> None:
+    ha, hb, hc = hist_of(a), hist_of(b), hist_of(c)
+    left = ha.copy().merge(hb).merge(hc)
+    right = ha.copy().merge(hb.copy().merge(hc))
+    swapped = hc.copy().merge(ha).merge(hb)
+    whole = hist_of(a + b + c)
+    assert left == right == swapped == whole
+    assert left.percentiles(PS) == whole.percentiles(PS)
+    assert (left.min, left.max, left.mean, left.count) == (
+        whole.min,
+        whole.max,
+        whole.mean,
+        whole.count,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(ms_values, min_size=1, max_size=200))
+def test_percentiles_within_hdr_precision_of_exact(values: list[float]) -> None:
+    h = hist_of(values)
+    data = sorted(round(v * 1000) / 1000 for v in values)
+    n = len(data)
+    for p in (50, 90, 99):
+        rank = max(1, int(p * n / 100 + 0.5))
+        exact = data[rank - 1]
+        got = h.percentile(p)
+        assert got is not None
+        # 3 significant digits: bucket width <= 0.1 % of the magnitude (and >= 1 µs).
+        assert abs(got - exact) <= abs(exact) * 1e-3 + 1e-3
+    assert h.min is not None and abs(h.min - data[0]) <= abs(data[0]) * 1e-3 + 1e-3
+    assert h.max is not None and abs(h.max - data[-1]) <= abs(data[-1]) * 1e-3 + 1e-3
+
+
+def test_encode_decode_round_trip_with_and_without_negatives() -> None:
+    positive = hist_of([1.5, 20.25, 300.0, 300.0, 4000.0])
+    text = positive.encode()
+    assert "|" not in text and text.startswith("HIST")
+    assert LatencyHistogram.decode(text) == positive
+
+    signed = hist_of([-250.0, -0.5, 0.0, 0.0004, 12.0, 900.0])
+    text = signed.encode()
+    assert text.count("|") == 1
+    back = LatencyHistogram.decode(text)
+    assert back == signed
+    assert back.to_dict() == signed.to_dict()
+    assert back.negative_count == 2
+
+    empty = LatencyHistogram()
+    assert LatencyHistogram.decode(empty.encode()).count == 0
+
+
+def test_decode_rejects_garbage() -> None:
+    with pytest.raises(ValueError, match="not an encoded histogram"):
+        LatencyHistogram.decode("not base64 at all!")
+    with pytest.raises(ValueError, match="not an encoded histogram"):
+        LatencyHistogram.decode("")
+
+
+def test_negative_values_order_before_positive() -> None:
+    h = hist_of([-300.0, -100.0, -5.0, 10.0, 200.0])
+    assert h.count == 5
+    assert h.negative_count == 3
+    assert h.min == pytest.approx(-300.0, rel=1e-3)
+    assert h.max == pytest.approx(200.0, rel=1e-3)
+    assert h.percentile(20) == pytest.approx(-300.0, rel=1e-3)
+    assert h.percentile(40) == pytest.approx(-100.0, rel=1e-3)
+    assert h.percentile(50) == pytest.approx(-5.0, rel=1e-3)
+    assert h.percentile(80) == pytest.approx(10.0, rel=1e-3)
+    assert h.mean == pytest.approx(np.mean([-300, -100, -5, 10, 200]), abs=0.5)
+    only_negative = hist_of([-3.0, -1.0])
+    assert only_negative.max == pytest.approx(-1.0, rel=1e-3)
+    assert only_negative.min == pytest.approx(-3.0, rel=1e-3)
+
+
+def test_sub_millisecond_precision_and_zero() -> None:
+    h = hist_of([0.001, 0.25, 0.0])
+    assert h.min == 0.0
+    assert h.percentile(50) == pytest.approx(0.001)
+    assert h.max == pytest.approx(0.25, rel=1e-3)
+
+
+def test_values_beyond_one_hour_saturate() -> None:
+    h = hist_of([10.0, 5 * 3_600_000.0])
+    assert h.count == 2
+    assert h.max == pytest.approx(HIGHEST_TRACKABLE / 1000, rel=1e-3)
+
+
+def test_non_finite_values_are_refused() -> None:
+    h = LatencyHistogram()
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ValueError, match="non-finite"):
+            h.record(bad)
+    assert h.count == 0
+
+
+def test_to_dict_marks_low_n_p99() -> None:
+    small = hist_of([float(i) for i in range(42)])
+    summary = small.to_dict()
+    assert summary["n"] == 42
+    assert summary["p99_low_n"] is True
+    assert set(summary) == {"n", "p50", "p90", "p95", "p99", "max", "mean", "min", "p99_low_n"}
+    big = hist_of([float(i) for i in range(100)])
+    assert big.to_dict()["p99_low_n"] is False
+    empty = LatencyHistogram().to_dict()
+    assert empty["n"] == 0 and empty["p50"] is None and empty["max"] is None
+
+
+def test_ratio_scale_keeps_small_ratios() -> None:
+    assert scale_for("rtf") == RATIO_SCALE
+    assert scale_for("ttfa_ms") == 1000
+    h = LatencyHistogram(scale_for("rtf"))
+    h.record_many([0.0123, 0.5, 1.7])
+    assert h.min == pytest.approx(0.0123, rel=1e-3)
+    assert h.max == pytest.approx(1.7, rel=1e-3)
+
+
+def test_merge_refuses_different_scales() -> None:
+    with pytest.raises(ValueError, match="scale"):
+        LatencyHistogram(1000).merge(LatencyHistogram(RATIO_SCALE))
+
+
+def test_histogram_set_merge_encode_decode() -> None:
+    rng = random.Random(3)
+    rows = [
+        {
+            "ttfa_ms": rng.gauss(300, 80),
+            "turn_ms": rng.gauss(2000, 300),
+            "rtf": rng.uniform(0.3, 1.2),
+        }
+        for _ in range(400)
+    ]
+    for row in rows[::10]:
+        row["ttfa_ms"] = -abs(row["ttfa_ms"])  # some early starts
+    whole = HistogramSet()
+    for row in rows:
+        whole.record_figures(row)
+    a, b = HistogramSet(), HistogramSet()
+    for i, row in enumerate(rows):
+        (a if i % 3 else b).record_figures({**row, "cancel_ack_ms": None})
+    merged = a.copy().merge(b)
+    assert merged == whole
+    assert "cancel_ack_ms" not in merged  # None means "not applicable", never recorded
+    assert merged["rtf"].scale == RATIO_SCALE
+
+    encoded = merged.encode()
+    assert set(encoded) == {"ttfa_ms", "turn_ms", "rtf"}
+    assert encoded["rtf"]["scale"] == RATIO_SCALE
+    decoded = HistogramSet.decode(encoded)
+    assert decoded == whole
+    assert decoded.to_dict() == whole.to_dict()
+    # merging a decoded set into an empty one keeps the decoded scale
+    assert HistogramSet().merge(decoded) == whole
+
+
+def test_histogram_set_decode_names_bad_metric() -> None:
+    with pytest.raises(ValueError, match="'ttfa_ms'"):
+        HistogramSet.decode({"ttfa_ms": {"scale": 1000, "hdr": "garbage"}})
+    with pytest.raises(ValueError, match="'turn_ms'"):
+        HistogramSet.decode({"turn_ms": {"hdr": LatencyHistogram().encode()}})
