@@ -254,9 +254,12 @@ class Pacer:
         return self.t0 + index * self.chunk_ms / 1000.0
 
     def take(self, scheduled: float | None = None) -> Chunk | None:
-        """The next chunk without waiting (None once the source is finished)."""
+        """The next chunk without waiting (None once the source is finished); starts the
+        schedule at now if :meth:`start` was not called. For offline use and tests."""
         if self.source.finished:
             return None
+        if self.t0 is None:
+            self.start()
         k = self.index
         self.index += 1
         samples, silent = self.source.read(self.chunk_samples)
