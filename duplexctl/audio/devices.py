@@ -46,8 +46,8 @@ Kind = Literal["input", "output"]
 PORTAUDIO_MISSING = "PortAudio is not installed: apt-get install libportaudio2 (or run install.sh)"
 LIST_HINT = "`duplexctl talk --list-devices` lists them"
 
-# A block after which the playback position is interpolated; also bounds how stale a DAC
-# timestamp may look before we distrust it (some host APIs report 0 or garbage).
+# ADC/DAC timestamps further than this from the callback's own time are distrusted (some
+# host APIs report 0 or garbage); we then fall back to callback time and stated latency.
 _MAX_SANE_LATENCY_S = 2.0
 
 
