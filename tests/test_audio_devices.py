@@ -384,3 +384,30 @@ def test_no_devices_is_missing_dependency(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(devices, "list_devices", lambda: [])
     with pytest.raises(MissingDependency, match=r"^no audio input device found"):
         devices.resolve_device(None, "input")
+
+
+@pytest.mark.audio
+def test_unusable_device_settings_are_one_line(pulse_server: PulseServer) -> None:
+    """PortAudio refusing the stream format becomes BadInput, not a PortAudioError traceback."""
+    from duplexctl.audio.devices import Speaker
+
+    with pytest.raises(BadInput) as info:
+        Speaker(rate=SPK_RATE, device_rate=1)  # no device runs at 1 Hz
+    print(info.value)
+    assert "cannot be used" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_busy_device_error_names_the_likely_cause() -> None:
+    from duplexctl.audio.devices import DeviceInfo, _open_error
+
+    dev = DeviceInfo(3, "USB Headset", "ALSA", 1, 2, 48000.0)
+    err = _open_error(
+        "input",
+        dev,
+        RuntimeError("Error opening InputStream: Device unavailable [PaErrorCode -9985]\nmore"),
+    )
+    assert isinstance(err, BadInput)
+    assert str(err) == (
+        "cannot open audio input device 3 (USB Headset): Error opening InputStream: "
+        "Device unavailable [PaErrorCode -9985] (busy? another program may hold it)"
+    )
