@@ -210,3 +210,29 @@ def test_histogram_set_decode_names_bad_metric() -> None:
         HistogramSet.decode({"ttfa_ms": {"scale": 1000, "hdr": "garbage"}})
     with pytest.raises(ValueError, match="'turn_ms'"):
         HistogramSet.decode({"turn_ms": {"hdr": LatencyHistogram().encode()}})
+
+
+def test_encoding_is_plain_hdr_readable_by_hdrh() -> None:
+    from hdrh.histogram import HdrHistogram
+
+    values = [0.2, 1.5, 20.25, 300.0, 300.0, 4000.0, 61_000.0]
+    ours = hist_of(values)
+    dense = HdrHistogram(1, 3_600_000_000, 3)
+    for v in values:
+        dense.record_value(round(v * 1000))
+    assert ours.encode() == dense.encode().decode("ascii")
+    back = HdrHistogram.decode(ours.encode())
+    assert back.get_total_count() == len(values)
+    assert back.get_value_at_percentile(50) == round(ours.percentile(50) * 1000)  # type: ignore[operator]
+
+
+def test_decode_rebuckets_a_foreign_hdr_layout() -> None:
+    from hdrh.histogram import HdrHistogram
+
+    foreign = HdrHistogram(1, 60_000_000, 2)  # 2 significant digits, 1 minute
+    for us in (1500, 250_000, 250_000, 3_000_000):
+        foreign.record_value(us)
+    hist = LatencyHistogram.decode(foreign.encode().decode("ascii"))
+    assert hist.count == 4
+    assert hist.percentile(50) == pytest.approx(250.0, rel=0.01)
+    assert hist.max == pytest.approx(3000.0, rel=0.01)

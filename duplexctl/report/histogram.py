@@ -28,6 +28,7 @@ which is what makes them identical after a merge or an encode/decode round trip.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -65,34 +66,56 @@ def _new_hdr() -> HdrHistogram:
     return HdrHistogram(LOWEST_TRACKABLE, HIGHEST_TRACKABLE, SIGNIFICANT_DIGITS)
 
 
-def _buckets(hdr: HdrHistogram) -> list[tuple[int, int, int]]:
-    """(lowest equivalent, highest equivalent, count) of every non-empty bucket, ascending.
-
-    Read from the counts array rather than HDR's cached min/max: hdrh's ``add`` sets the
-    minimum to 0 when an empty histogram is merged in, and decoded histograms only know
-    bucket bounds, so the counts are the one source that is always right.
-    """
-    counts = np.ctypeslib.as_array(hdr.counts)
-    out: list[tuple[int, int, int]] = []
-    for index in np.flatnonzero(counts):
-        low = hdr.get_value_from_index(int(index))
-        out.append((low, hdr.get_highest_equivalent_value(low), int(counts[index])))
-    return out
+#: Read-only: does the bucket arithmetic (value → counts index → bucket bounds) for all.
+_LAYOUT = _new_hdr()
 
 
-def _adopt(blob: str) -> HdrHistogram:
-    """Decode an HDR blob into a histogram with our exact layout (re-bucketing if foreign)."""
+@functools.lru_cache(maxsize=32_768)
+def _bounds(index: int) -> tuple[int, int]:
+    """(lowest, highest) equivalent value of an HDR counts index."""
+    low = _LAYOUT.get_value_from_index(index)
+    return low, _LAYOUT.get_highest_equivalent_value(low)
+
+
+Counts = dict[int, int]  # HDR counts index -> count, only non-empty buckets
+
+
+def _buckets(counts: Counts) -> list[tuple[int, int, int]]:
+    """(lowest, highest, count) of every non-empty bucket, ascending (the HDR counts index
+    is monotone in the value)."""
+    return [(*_bounds(i), counts[i]) for i in sorted(counts)]
+
+
+def _to_hdr(counts: Counts) -> HdrHistogram:
+    hdr = _new_hdr()
+    for index, count in counts.items():
+        hdr.record_value(_bounds(index)[0], count)
+    return hdr
+
+
+def _from_blob(blob: str) -> Counts:
+    """Counts of an HDR blob in our layout (re-bucketed by value if it used another one)."""
     decoded = HdrHistogram.decode(blob)
-    if (
+    dense = np.ctypeslib.as_array(decoded.counts)
+    same_layout = (
         decoded.lowest_trackable_value == LOWEST_TRACKABLE
         and decoded.highest_trackable_value == HIGHEST_TRACKABLE
         and decoded.significant_figures == SIGNIFICANT_DIGITS
-    ):
-        return decoded
-    ours = _new_hdr()
-    for low, _high, count in _buckets(decoded):
-        ours.record_value(min(low, HIGHEST_TRACKABLE), count)
-    return ours
+    )
+    counts: Counts = {}
+    for index in np.flatnonzero(dense):
+        if same_layout:
+            ours = int(index)
+        else:
+            value = min(decoded.get_value_from_index(int(index)), HIGHEST_TRACKABLE)
+            ours = _LAYOUT.get_counts_array_index(value)
+        counts[ours] = counts.get(ours, 0) + int(dense[index])
+    return counts
+
+
+def _add(into: Counts, other: Counts) -> None:
+    for index, count in other.items():
+        into[index] = into.get(index, 0) + count
 
 
 class LatencyHistogram:
@@ -100,6 +123,11 @@ class LatencyHistogram:
 
     ``scale`` is how many recorded integer units make one value unit (1000: µs per ms).
     Two histograms merge only if their scales agree.
+
+    Storage is sparse: HDR's bucket layout and wire encoding (hdrh), but only non-empty
+    buckets are kept (a dict of counts index → count). A dense hdrh histogram over 1 µs ..
+    1 h holds 23,552 64-bit counters (~190 kB); a run with per-slice, per-metric histograms
+    would need gigabytes, while latencies occupy a few hundred buckets at most.
     """
 
     __slots__ = ("_neg", "_pos", "scale")
@@ -108,8 +136,8 @@ class LatencyHistogram:
         if scale < 1:
             raise ValueError(f"histogram scale must be >= 1, got {scale}")
         self.scale = int(scale)
-        self._pos = _new_hdr()
-        self._neg = _new_hdr()
+        self._pos: Counts = {}
+        self._neg: Counts = {}
 
     # -- recording -----------------------------------------------------------------------
 
@@ -124,10 +152,9 @@ class LatencyHistogram:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         units = round(value * self.scale)
-        if units >= 0:
-            self._pos.record_value(min(units, HIGHEST_TRACKABLE), count)
-        else:
-            self._neg.record_value(min(-units, HIGHEST_TRACKABLE), count)
+        counts = self._pos if units >= 0 else self._neg
+        index = _LAYOUT.get_counts_array_index(min(abs(units), HIGHEST_TRACKABLE))
+        counts[index] = counts.get(index, 0) + count
 
     def record_many(self, values: Iterable[float]) -> None:
         for value in values:
@@ -137,12 +164,12 @@ class LatencyHistogram:
 
     @property
     def count(self) -> int:
-        return int(self._pos.get_total_count() + self._neg.get_total_count())
+        return sum(self._pos.values()) + sum(self._neg.values())
 
     @property
     def negative_count(self) -> int:
         """Samples below zero (for ``ttfa_ms``: early starts, metrics.md)."""
-        return int(self._neg.get_total_count())
+        return sum(self._neg.values())
 
     def __len__(self) -> int:
         return self.count
@@ -191,10 +218,11 @@ class LatencyHistogram:
 
     @property
     def max(self) -> float | None:
-        if self._pos.get_total_count():
-            return _buckets(self._pos)[-1][1] / self.scale
-        negs = _buckets(self._neg)
-        return -negs[0][0] / self.scale if negs else None
+        if self._pos:
+            return _bounds(max(self._pos))[1] / self.scale
+        if self._neg:
+            return -_bounds(min(self._neg))[0] / self.scale
+        return None
 
     @property
     def mean(self) -> float | None:
@@ -234,8 +262,8 @@ class LatencyHistogram:
         """Add ``other``'s counts into this histogram (exact); returns ``self``."""
         if other.scale != self.scale:
             raise ValueError(f"cannot merge histograms of scale {self.scale} and {other.scale}")
-        self._pos.add(other._pos)
-        self._neg.add(other._neg)
+        _add(self._pos, other._pos)
+        _add(self._neg, other._neg)
         return self
 
     def __iadd__(self, other: LatencyHistogram) -> LatencyHistogram:
@@ -247,7 +275,7 @@ class LatencyHistogram:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LatencyHistogram):
             return NotImplemented
-        return self.scale == other.scale and self.bucket_counts() == other.bucket_counts()
+        return self.scale == other.scale and (self._pos, self._neg) == (other._pos, other._neg)
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -259,10 +287,10 @@ class LatencyHistogram:
         (in units of ``1/scale``). The scale is not inside the blob; ``HistogramSet.encode``
         stores it beside each one.
         """
-        pos = self._pos.encode().decode("ascii")
-        if self._neg.get_total_count() == 0:
+        pos = _to_hdr(self._pos).encode().decode("ascii")
+        if not self._neg:
             return pos
-        return pos + _NEG_SEPARATOR + self._neg.encode().decode("ascii")
+        return pos + _NEG_SEPARATOR + _to_hdr(self._neg).encode().decode("ascii")
 
     @classmethod
     def decode(cls, text: str, scale: int = MS_SCALE) -> LatencyHistogram:
@@ -272,9 +300,9 @@ class LatencyHistogram:
         if len(parts) > 2 or not parts[0]:
             raise ValueError("not an encoded histogram (expected HDR base64[|HDR base64])")
         try:
-            hist._pos = _adopt(parts[0])
+            hist._pos = _from_blob(parts[0])
             if len(parts) == 2:
-                hist._neg = _adopt(parts[1])
+                hist._neg = _from_blob(parts[1])
         except Exception as exc:  # hdrh raises TypeError, zlib.error, its own cookie errors
             raise ValueError(f"not an encoded histogram: {exc}") from exc
         return hist
