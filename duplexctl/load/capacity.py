@@ -86,7 +86,8 @@ class CapacityResult:
 
 @dataclass
 class CapacitySearch:
-    """Step-up-then-bisect over integer load levels (sessions, or sessions/s ×1).
+    """Step-up-then-bisect over integer load levels: sessions (closed loop) or sessions/s
+    (open loop; search in tenths or hundredths for finer rates).
 
     Step up: ``next = max(level + 1, ceil(level × factor), level + increment)``; so
     ``factor=2`` doubles, ``factor=1, increment=4`` adds 4 each step. The first failure starts
