@@ -1,0 +1,33 @@
+"""The asyncio client transport shared by replay, load, talk and probe.
+
+The protocol logic lives in :mod:`duplexctl.protocol.client_state` (sans-I/O); this package
+adds sockets, time and tasks around it. See :mod:`duplexctl.client.connection`.
+"""
+
+from duplexctl.client.connection import (
+    AdmissionRejected,
+    ConnectionLost,
+    ConnectionLostError,
+    ConnectionOptions,
+    ConnectionTimings,
+    DuplexConnection,
+    HandshakeFailed,
+    OpenFailed,
+    ResumeFailed,
+    ResumeRecord,
+    connect,
+)
+
+__all__ = [
+    "AdmissionRejected",
+    "ConnectionLost",
+    "ConnectionLostError",
+    "ConnectionOptions",
+    "ConnectionTimings",
+    "DuplexConnection",
+    "HandshakeFailed",
+    "OpenFailed",
+    "ResumeFailed",
+    "ResumeRecord",
+    "connect",
+]

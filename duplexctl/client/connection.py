@@ -1,0 +1,802 @@
+"""The asyncio websocket transport around :class:`ClientSession` (protocol.md §1, §6.6, §6.8).
+
+Thin on purpose: every protocol decision lives in the sans-I/O ClientSession; this module
+owns sockets, time and tasks. What it adds, and why:
+
+* **Raw timestamps** for metrics.md: ``recv_ns`` is taken the moment a frame is read off the
+  socket (before JSON decoding and de-duplication); :meth:`DuplexConnection.send` returns the
+  monotonic ns right after the websocket send returned. ``connect_ms``, ``handshake_ms``,
+  ``close_ms``, heartbeat RTTs and every resume's split are kept in ``timings``.
+* **Handshake** with typed failures: a capacity error is :class:`AdmissionRejected` (with the
+  advertised limit), any other error :class:`HandshakeFailed`, a refused/timed-out socket
+  :class:`OpenFailed`; all are ``errors.ServerUnreachable`` (exit code 3) and carry the
+  metrics.md ``admission`` outcome and ``time_to_reject_ms`` for load.
+* **Journal hygiene**: ``session.event_ack`` for processed sequenced events, batched (every
+  ``ack_batch`` events or ``ack_interval_s``), so the server's 8 MiB replay journal is trimmed;
+  ``session.heartbeat`` when nothing was sent for ``heartbeat_s`` so idle sessions survive.
+* **Resume** on a new socket (token rotation and replay de-dup are ClientSession's): bounded
+  retries with jittered exponential backoff; the fatal codes (``names.FATAL_RESUME_CODES`` and
+  ``session.resync_required``) stop at once. Unexpected loss resumes automatically when
+  ``auto_resume`` is on; :meth:`drop` is fault injection (TCP abort, no close frame).
+* **Always close**: :meth:`close` sends ``session.close`` and waits for ``session.closed`` on
+  every exit path — the async context manager calls it on errors and on cancellation (Ctrl-C),
+  and a dropped session is resumed first so its admission slot is freed now rather than after
+  the server's disconnect grace.
+
+Happenings go to a queue (:meth:`next`, ``async for``) and to listeners registered with
+:meth:`add_listener`, called synchronously in the reader at receive time — that is the hook
+for the playback clock, which sends its acks with :meth:`ack_playback`.
+
+Public API::
+
+    async with connect(url, settings, api_key=None, timeout=30.0, options=None) as conn: ...
+    conn = await DuplexConnection.open(url, settings, *, api_key=None, timeout=30.0,
+                                       options=None, listeners=())
+    conn = await DuplexConnection.attach(url, session, *, api_key=None, options=None)
+    conn.session: ClientSession;  conn.timings: ConnectionTimings;  conn.connected: bool
+    await conn.send(event) -> int              # send_ns
+    await conn.next(timeout=None) -> Happening | None     # None: the stream ended
+    await conn.wait_for(predicate, timeout) -> Happening
+    conn.add_listener(fn: Callable[[Happening], None])
+    await conn.ack_playback(response_id, played_ms, committed_ms=None) -> int
+    await conn.heartbeat() -> int
+    await conn.drop(auto_resume=False) -> int  # t_drop_ns
+    await conn.resume() -> ResumeRecord        # raises ResumeFailed
+    await conn.close(reason="client_close", timeout=None)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
+
+from duplexctl.errors import ServerUnreachable
+from duplexctl.protocol import codec, names
+from duplexctl.protocol.client_state import (
+    ClientSession,
+    ErrorReceived,
+    Happening,
+    HeartbeatAck,
+    ResyncRequired,
+    SessionClosed,
+    SessionCreated,
+    SessionExpired,
+    SessionReplaced,
+    SessionResumed,
+)
+from duplexctl.protocol.errors import WireError
+from duplexctl.protocol.settings import SessionSettings
+
+MiB: Final = 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# Errors (all exit code 3: the server could not be reached or refused the session)
+# --------------------------------------------------------------------------------------------
+
+
+class OpenFailed(ServerUnreachable):
+    """The session could not be opened; ``admission`` is the metrics.md outcome."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        admission: str,
+        error: WireError | None = None,
+        connect_ms: float | None = None,
+        time_to_reject_ms: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.admission = admission  # rejected_capacity | rejected_other | transport_error | timeout
+        self.error = error
+        self.connect_ms = connect_ms
+        self.time_to_reject_ms = time_to_reject_ms
+
+
+class AdmissionRejected(OpenFailed):
+    """The server is full (``resource_exhausted`` / ``duplex_session_busy``)."""
+
+    @property
+    def limit(self) -> int | None:
+        """N of ``duplex_session_capacity_exhausted: limit=N`` when the server states it."""
+        return self.error.advertised_limit if self.error is not None else None
+
+
+class HandshakeFailed(OpenFailed):
+    """The server answered the opening ``session.update`` with another error code."""
+
+
+class ResumeFailed(ServerUnreachable):
+    """Resuming gave up; ``record.outcome`` names why (a code, or transport_error)."""
+
+    def __init__(self, message: str, record: ResumeRecord, *, fatal: bool) -> None:
+        super().__init__(message)
+        self.record = record
+        self.fatal = fatal
+
+
+class ConnectionLostError(ServerUnreachable):
+    """The socket is gone and no resume is possible or in progress."""
+
+
+# --------------------------------------------------------------------------------------------
+# Records and options
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class ConnectionLost(Happening):
+    """Local happening (not from the server): the socket went away.
+
+    ``resuming`` says whether an automatic resume was started; when it fails a second
+    ConnectionLost with ``resuming=False`` follows and the stream ends.
+    """
+
+    code: int | None
+    reason: str
+    resuming: bool
+
+
+@dataclass(slots=True)
+class ResumeRecord:
+    """One resume (metrics.md: resume_ms = reconnect_ms + resume_handshake_ms, roughly)."""
+
+    t_drop_ns: int
+    automatic: bool
+    attempts: int = 0
+    outcome: str | None = None  # resumed | session_resume_expired | resync_required | <code> | …
+    reconnect_ms: float | None = None  # t_drop -> new socket open (backoff included)
+    resume_handshake_ms: float | None = None  # send session.resume -> recv session.resumed
+    resume_ms: float | None = None  # t_drop -> recv session.resumed
+    t_resumed_ns: int | None = None
+    resumed_from_seq: int | None = None
+    error: WireError | None = None
+
+
+@dataclass(slots=True)
+class ConnectionTimings:
+    """Raw monotonic timestamps (ns) and the derived session figures of metrics.md."""
+
+    t_connect_start_ns: int | None = None
+    t_open_ns: int | None = None
+    t_update_sent_ns: int | None = None
+    t_created_ns: int | None = None
+    t_close_sent_ns: int | None = None
+    t_closed_ns: int | None = None
+    connect_ms: float | None = None
+    handshake_ms: float | None = None
+    close_ms: float | None = None
+    heartbeat_rtts_ms: list[float] = field(default_factory=list)
+    drops_ns: list[int] = field(default_factory=list)
+    resumes: list[ResumeRecord] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ConnectionOptions:
+    """Transport knobs; the defaults suit a live session against a real server."""
+
+    open_timeout_s: float = 10.0  # TCP + upgrade
+    heartbeat_s: float | None = 10.0  # None: never; sent only after this long without a send
+    ack_interval_s: float = 0.25
+    ack_batch: int = 32
+    auto_resume: bool = True
+    resume_attempts: int = 5
+    resume_timeout_s: float = 10.0  # per attempt: open + session.resumed
+    backoff_min_s: float = 0.25
+    backoff_max_s: float = 4.0
+    close_timeout_s: float = 10.0  # wait for session.closed
+    max_size: int = 64 * MiB  # some server events exceed websockets' 1 MiB default
+    queue_happenings: bool = True  # False: listeners only (load, to bound memory)
+
+
+def with_autostart_off(url: str) -> str:
+    """``url`` with ``autostart=0`` unless it already says autostart/resume: with ``?model=``
+    the server would otherwise open a default session before our ``session.update``."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(key in ("autostart", "resume") for key, _ in query):
+        return url
+    query.append(("autostart", "0"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _ms(start_ns: int | None, end_ns: int | None) -> float | None:
+    if start_ns is None or end_ns is None:
+        return None
+    return (end_ns - start_ns) / 1e6
+
+
+_END: Final = object()  # queue sentinel: the stream of happenings has ended
+
+
+# --------------------------------------------------------------------------------------------
+# The connection
+# --------------------------------------------------------------------------------------------
+
+
+class DuplexConnection:
+    """One client session over one or more sockets (resumes). See the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        session: ClientSession,
+        *,
+        api_key: str | None = None,
+        options: ConnectionOptions | None = None,
+        listeners: Iterable[Callable[[Happening], None]] = (),
+    ) -> None:
+        self.url = with_autostart_off(url)
+        self.session = session
+        self.options = options or ConnectionOptions()
+        self.timings = ConnectionTimings()
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._listeners: list[Callable[[Happening], None]] = list(listeners)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+        self._resume_task: asyncio.Task[ResumeRecord] | None = None
+        self._deliberate_drop = False
+        self._closing = False
+        self._finished = False
+        self._ended = False
+        self._closed_event = asyncio.Event()
+        self._last_send_ns = time.monotonic_ns()
+        self._heartbeats_sent: list[int] = []
+        self.undecodable_frames = 0
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        settings: SessionSettings,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        options: ConnectionOptions | None = None,
+        listeners: Iterable[Callable[[Happening], None]] = (),
+    ) -> DuplexConnection:
+        """Connect, send the opening ``session.update`` and wait for ``session.created``."""
+        session = ClientSession(
+            output_format=settings.output_format, output_rate=settings.output_rate
+        )
+        self = cls(url, session, api_key=api_key, options=options, listeners=listeners)
+        update = session.session_update(settings.to_session_object())  # BadInput before I/O
+        try:
+            await self._open(update, timeout)
+        except BaseException:
+            await self._abort_quietly()
+            raise
+        return self
+
+    @classmethod
+    async def attach(
+        cls,
+        url: str,
+        session: ClientSession,
+        *,
+        api_key: str | None = None,
+        options: ConnectionOptions | None = None,
+        listeners: Iterable[Callable[[Happening], None]] = (),
+    ) -> DuplexConnection:
+        """Resume a session whose credentials ``session`` holds (e.g. ClientSession.resuming)."""
+        self = cls(url, session, api_key=api_key, options=options, listeners=listeners)
+        self.timings.drops_ns.append(time.monotonic_ns())
+        await self._resume(automatic=False)
+        return self
+
+    async def _connect_socket(self, timeout: float) -> ClientConnection:
+        opts = self.options
+        try:
+            return await asyncio.wait_for(
+                ws_connect(
+                    self.url,
+                    compression=None,
+                    max_size=opts.max_size,
+                    proxy=None,
+                    open_timeout=min(timeout, opts.open_timeout_s),
+                    additional_headers=self._headers,
+                    user_agent_header="duplexctl",
+                ),
+                timeout,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            hint = " (check --api-key)" if status in (401, 403) else ""
+            raise OpenFailed(
+                f"{self._where()} refused the websocket upgrade: HTTP {status}{hint}",
+                admission="rejected_other",
+            ) from None
+        except TimeoutError:
+            raise OpenFailed(
+                f"{self._where()}: no websocket within {timeout:g} s", admission="timeout"
+            ) from None
+        except InvalidURI:
+            raise OpenFailed(
+                f"not a websocket URL: {self.url}", admission="transport_error"
+            ) from None
+        except (OSError, WebSocketException) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise OpenFailed(
+                f"cannot connect to {self._where()}: {detail or type(exc).__name__}",
+                admission="transport_error",
+            ) from None
+
+    def _where(self) -> str:
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+    async def _open(self, update: dict[str, Any], timeout: float) -> None:
+        t = self.timings
+        deadline = time.monotonic() + timeout
+        t.t_connect_start_ns = time.monotonic_ns()
+        ws = await self._connect_socket(timeout)
+        t.t_open_ns = time.monotonic_ns()
+        t.connect_ms = _ms(t.t_connect_start_ns, t.t_open_ns)
+        self._ws = ws
+        self.session.begin_connection()
+        await ws.send(codec.dumps(update))
+        t.t_update_sent_ns = self._last_send_ns = time.monotonic_ns()
+        while True:
+            try:
+                happenings = await self._recv_handshake(ws, deadline)
+            except TimeoutError:
+                raise OpenFailed(
+                    f"{self._where()}: no session.created within {timeout:g} s",
+                    admission="timeout",
+                    connect_ms=t.connect_ms,
+                ) from None
+            except ConnectionClosed as exc:
+                raise OpenFailed(
+                    f"{self._where()} closed the connection before session.created "
+                    f"(code {exc.rcvd.code if exc.rcvd else 1006})",
+                    admission="transport_error",
+                    connect_ms=t.connect_ms,
+                ) from None
+            for h in happenings:
+                if isinstance(h, SessionCreated):
+                    t.t_created_ns = h.recv_ns
+                    t.handshake_ms = _ms(t.t_update_sent_ns, h.recv_ns)
+                    self._start_tasks(ws)
+                    return
+                if isinstance(h, ErrorReceived) and h.seq is None:
+                    self._raise_open_error(h)
+
+    def _raise_open_error(self, h: ErrorReceived) -> None:
+        err, t = h.error, self.timings
+        reject_ms = _ms(t.t_update_sent_ns, h.recv_ns)
+        if err.is_capacity:
+            limit = err.advertised_limit
+            raise AdmissionRejected(
+                f"{self._where()} is full: {err.code}"
+                + (f" (limit {limit} sessions)" if limit is not None else f": {err.message}"),
+                admission="rejected_capacity",
+                error=err,
+                connect_ms=t.connect_ms,
+                time_to_reject_ms=reject_ms,
+            )
+        raise HandshakeFailed(
+            f"{self._where()} refused the session: {err.code}: {err.message}",
+            admission="rejected_other",
+            error=err,
+            connect_ms=t.connect_ms,
+            time_to_reject_ms=reject_ms,
+        )
+
+    async def _recv_handshake(self, ws: ClientConnection, deadline: float) -> list[Happening]:
+        """One frame during a handshake (open or resume), dispatched like any other."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        async with asyncio.timeout(remaining):
+            raw = await ws.recv()
+        return self._digest(raw, time.monotonic_ns())
+
+    # -- receiving -------------------------------------------------------------------------
+
+    def _digest(self, raw: str | bytes, recv_ns: int) -> list[Happening]:
+        try:
+            frame = codec.loads(raw)
+        except codec.FrameDecodeError:
+            self.undecodable_frames += 1
+            return []
+        if not isinstance(frame, dict):
+            self.undecodable_frames += 1
+            return []
+        happenings = self.session.on_frame(frame, recv_ns)
+        for h in happenings:
+            self._dispatch(h)
+        return happenings
+
+    def _dispatch(self, h: Happening) -> None:
+        if isinstance(h, HeartbeatAck) and self._heartbeats_sent:
+            sent = self._heartbeats_sent.pop(0)
+            self.timings.heartbeat_rtts_ms.append((h.recv_ns - sent) / 1e6)
+        elif isinstance(h, SessionClosed):
+            self.timings.t_closed_ns = h.recv_ns
+            self._closed_event.set()
+        for listener in self._listeners:
+            listener(h)
+        if self.options.queue_happenings:
+            self._queue.put_nowait(h)
+
+    def add_listener(self, listener: Callable[[Happening], None]) -> None:
+        """Call ``listener(happening)`` synchronously for every happening, at receive time."""
+        self._listeners.append(listener)
+
+    def _start_tasks(self, ws: ClientConnection) -> None:
+        self._reader = asyncio.create_task(self._read_loop(ws), name="duplex-reader")
+        if self._maintenance is None or self._maintenance.done():
+            self._maintenance = asyncio.create_task(self._maintain(), name="duplex-maintenance")
+
+    async def _read_loop(self, ws: ClientConnection) -> None:
+        code: int | None = None
+        reason = "closed"
+        try:
+            async for raw in ws:
+                self._digest(raw, time.monotonic_ns())
+                pending = self.session.pending_ack()
+                if (
+                    pending is not None
+                    and pending - self.session.acked_seq >= self.options.ack_batch
+                ):
+                    await self._send_ack(ws)
+            if ws.close_code is not None:
+                code, reason = ws.close_code, ws.close_reason or "closed"
+        except ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd else 1006
+            reason = exc.rcvd.reason if exc.rcvd and exc.rcvd.reason else "connection lost"
+        finally:
+            if self._ws is ws:
+                self._ws = None
+        self._on_socket_gone(code, reason)
+
+    def _on_socket_gone(self, code: int | None, reason: str) -> None:
+        """Decide what a lost socket means: expected end, fault injection, or resume."""
+        if self._closing or self.session.ended or self.session.replaced:
+            self._end_stream()
+            return
+        now = time.monotonic_ns()
+        if self._deliberate_drop:
+            return  # drop(): the caller decides when to resume
+        self.timings.drops_ns.append(now)
+        resuming = self.options.auto_resume and self.session.can_resume
+        self._emit_local(
+            ConnectionLost(
+                type="connection.lost", recv_ns=now, code=code, reason=reason, resuming=resuming
+            )
+        )
+        if resuming:
+            self._resume_task = asyncio.create_task(self._resume(automatic=True))
+            self._resume_task.add_done_callback(self._after_auto_resume)
+        else:
+            self._end_stream()
+
+    def _after_auto_resume(self, task: asyncio.Task[ResumeRecord]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        now = time.monotonic_ns()
+        self._emit_local(
+            ConnectionLost(
+                type="connection.lost",
+                recv_ns=now,
+                code=None,
+                reason=str(task.exception()),
+                resuming=False,
+            )
+        )
+        self._end_stream()
+
+    def _emit_local(self, h: Happening) -> None:
+        for listener in self._listeners:
+            listener(h)
+        if self.options.queue_happenings:
+            self._queue.put_nowait(h)
+
+    def _end_stream(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._queue.put_nowait(_END)
+
+    async def next(self, timeout: float | None = None) -> Happening | None:
+        """The next happening; None once the stream has ended (closed, expired, lost).
+        Raises TimeoutError after ``timeout`` seconds without one."""
+        async with asyncio.timeout(timeout):
+            item = await self._queue.get()
+        if item is _END:
+            self._queue.put_nowait(_END)  # keep answering None
+            return None
+        return item  # type: ignore[no-any-return]
+
+    async def _iterate(self) -> AsyncIterator[Happening]:
+        while (h := await self.next()) is not None:
+            yield h
+
+    def __aiter__(self) -> AsyncIterator[Happening]:
+        return self._iterate()
+
+    async def wait_for(self, predicate: Callable[[Happening], bool], timeout: float) -> Happening:
+        """Consume happenings until one satisfies ``predicate`` (TimeoutError otherwise;
+        ConnectionLostError if the stream ends first). Listeners still see everything."""
+        async with asyncio.timeout(timeout):
+            while True:
+                h = await self.next()
+                if h is None:
+                    raise ConnectionLostError("the session ended before the awaited event")
+                if predicate(h):
+                    return h
+
+    # -- sending ---------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None
+
+    async def _live_socket(self) -> ClientConnection:
+        if self._ws is None and self._resume_task is not None and not self._resume_task.done():
+            with contextlib.suppress(ResumeFailed):
+                await asyncio.shield(self._resume_task)
+        if self._ws is None:
+            raise ConnectionLostError(f"not connected to {self._where()}")
+        return self._ws
+
+    async def send(self, event: dict[str, Any]) -> int:
+        """Send one client event; returns monotonic ns right after the send returned.
+
+        While an automatic resume is running the send waits for it and goes out on the new
+        socket; with no socket and no resume it raises ConnectionLostError.
+        """
+        text = codec.dumps(event)
+        for _ in range(2):
+            ws = await self._live_socket()
+            try:
+                await ws.send(text)
+            except ConnectionClosed:
+                # The reader will notice and maybe resume; give it the chance, then retry once.
+                if self._reader is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(asyncio.shield(self._reader), 5.0)
+                continue
+            now = time.monotonic_ns()
+            self._last_send_ns = now
+            if event.get("type") == "session.heartbeat":
+                self._heartbeats_sent.append(now)
+            return now
+        raise ConnectionLostError(f"connection to {self._where()} lost while sending")
+
+    async def heartbeat(self) -> int:
+        return await self.send(self.session.heartbeat())
+
+    async def ack_playback(
+        self, response_id: str, played_ms: float, committed_ms: float | None = None
+    ) -> int:
+        """Send ``playback.ack`` (``played_ms`` from the playback clock, not from bytes)."""
+        return await self.send(self.session.playback_ack(response_id, played_ms, committed_ms))
+
+    async def _send_ack(self, ws: ClientConnection) -> None:
+        seq = self.session.pending_ack()
+        if seq is None:
+            return
+        try:
+            await ws.send(codec.dumps(self.session.event_ack(seq)))
+        except ConnectionClosed:
+            return
+        self.session.mark_acked(seq)
+        self._last_send_ns = time.monotonic_ns()
+
+    async def _maintain(self) -> None:
+        """Batched event acks and idle heartbeats, for as long as the connection lives."""
+        opts = self.options
+        while not self._finished:
+            await asyncio.sleep(opts.ack_interval_s)
+            ws = self._ws
+            if ws is None or self._closing or self.session.ended:
+                continue
+            await self._send_ack(ws)
+            idle_s = (time.monotonic_ns() - self._last_send_ns) / 1e9
+            if opts.heartbeat_s is not None and idle_s >= opts.heartbeat_s:
+                with contextlib.suppress(ConnectionLostError):
+                    await self.heartbeat()
+
+    # -- faults and resume -----------------------------------------------------------------
+
+    async def drop(self, *, auto_resume: bool = False) -> int:
+        """Abort the TCP connection without a close frame; returns ``t_drop`` (ns).
+
+        ``auto_resume=False`` (fault injection at an exact offset): stay disconnected until
+        :meth:`resume`. ``auto_resume=True``: behave like an unexpected loss.
+        """
+        ws, reader = self._ws, self._reader
+        if ws is None:
+            raise ConnectionLostError("drop(): not connected")
+        self._deliberate_drop = not auto_resume
+        t_drop = time.monotonic_ns()
+        ws.transport.abort()
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(reader), 5.0)
+        if not auto_resume:
+            self.timings.drops_ns.append(t_drop)
+        return t_drop
+
+    async def resume(self) -> ResumeRecord:
+        """Resume on a new socket (dropping the current one first if still connected)."""
+        if self._resume_task is not None and not self._resume_task.done():
+            return await asyncio.shield(self._resume_task)
+        if self._ws is not None:
+            await self.drop()
+        return await self._resume(automatic=False)
+
+    async def _resume(self, *, automatic: bool, attempts: int | None = None) -> ResumeRecord:
+        opts = self.options
+        t_drop = self.timings.drops_ns[-1] if self.timings.drops_ns else time.monotonic_ns()
+        record = ResumeRecord(t_drop_ns=t_drop, automatic=automatic)
+        self.timings.resumes.append(record)
+        max_attempts = attempts if attempts is not None else opts.resume_attempts
+        backoff = opts.backoff_min_s
+        last_problem = "no attempt made"
+        while record.attempts < max_attempts:
+            record.attempts += 1
+            if not self.session.can_resume:
+                record.outcome = (
+                    "resync_required" if self.session.resync_reason else "not_resumable"
+                )
+                raise ResumeFailed("session cannot be resumed", record, fatal=True)
+            try:
+                fatal = await self._resume_once(record)
+            except OpenFailed as exc:
+                record.outcome, last_problem, fatal = exc.admission, str(exc), False
+            else:
+                if record.outcome == "resumed":
+                    self._deliberate_drop = False
+                    return record
+                last_problem = f"{record.outcome}" + (
+                    f": {record.error.message}" if record.error is not None else ""
+                )
+            if fatal:
+                raise ResumeFailed(f"resume failed: {last_problem}", record, fatal=True)
+            if record.attempts < max_attempts:
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
+                backoff = min(backoff * 2, opts.backoff_max_s)
+        raise ResumeFailed(
+            f"resume failed after {record.attempts} attempts: {last_problem}", record, fatal=False
+        )
+
+    async def _resume_once(self, record: ResumeRecord) -> bool:
+        """One attempt; returns True when the failure is fatal (retrying cannot help)."""
+        timeout = self.options.resume_timeout_s
+        deadline = time.monotonic() + timeout
+        ws = await self._connect_socket(timeout)
+        record.reconnect_ms = _ms(record.t_drop_ns, time.monotonic_ns())
+        self.session.begin_connection()
+        event = self.session.resume()
+        record.resumed_from_seq = self.session.last_seq
+        await ws.send(codec.dumps(event))
+        t_sent = self._last_send_ns = time.monotonic_ns()
+        try:
+            while True:
+                try:
+                    happenings = await self._recv_handshake(ws, deadline)
+                except TimeoutError:
+                    record.outcome = "timeout"
+                    return False
+                except ConnectionClosed:
+                    record.outcome = record.outcome or "transport_error"
+                    return False
+                for h in happenings:
+                    if isinstance(h, SessionResumed):
+                        record.outcome = "resumed"
+                        record.t_resumed_ns = h.recv_ns
+                        record.resume_handshake_ms = _ms(t_sent, h.recv_ns)
+                        record.resume_ms = _ms(record.t_drop_ns, h.recv_ns)
+                        self._ws = ws
+                        self._start_tasks(ws)
+                        ws = None  # type: ignore[assignment]  # now owned by the reader
+                        return False
+                    if isinstance(h, ResyncRequired):
+                        record.outcome = "resync_required"
+                        return True
+                    if isinstance(h, ErrorReceived) and h.seq is None:
+                        record.outcome, record.error = h.error.code, h.error
+                        return h.error.code in names.FATAL_RESUME_CODES
+                    if isinstance(h, SessionExpired | SessionClosed | SessionReplaced):
+                        record.outcome = h.type
+                        return True
+        finally:
+            if ws is not None:
+                ws.transport.abort()
+
+    # -- closing ---------------------------------------------------------------------------
+
+    async def close(self, reason: str = "client_close", timeout: float | None = None) -> None:
+        """Send ``session.close``, wait for ``session.closed`` (``close_ms``), release
+        everything. Idempotent; never raises for a connection that is already gone."""
+        if self._finished:
+            return
+        self._closing = True
+        wait_s = self.options.close_timeout_s if timeout is None else timeout
+        try:
+            if self._resume_task is not None and not self._resume_task.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(self._resume_task), wait_s)
+            if self._ws is None and self.session.can_resume and not self.session.ended:
+                # A dropped session holds its admission slot for the whole disconnect grace;
+                # reattach once so the close frees it now.
+                with contextlib.suppress(ResumeFailed):
+                    self.timings.drops_ns.append(time.monotonic_ns())
+                    await self._resume(automatic=False, attempts=1)
+            if self._ws is not None and not self.session.ended:
+                with contextlib.suppress(ConnectionLostError, TimeoutError):
+                    sent = await self.send(self.session.close(reason))
+                    self.timings.t_close_sent_ns = sent
+                    await asyncio.wait_for(self._closed_event.wait(), wait_s)
+                    self.timings.close_ms = _ms(sent, self.timings.t_closed_ns)
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        self._finished = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(BaseException):
+                await self._maintenance
+        ws = self._ws
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(), 2.0)
+            ws.transport.abort()
+        if self._reader is not None and not self._reader.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._reader, 2.0)
+        self._ws = None
+        self.session.checker.finish()
+        self._end_stream()
+
+    async def _abort_quietly(self) -> None:
+        """Open failed or was cancelled: close a created session, else just drop the socket."""
+        if self.session.created and not self.session.ended and self._ws is not None:
+            if self._reader is None:
+                self._start_tasks(self._ws)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.close())
+            return
+        await self._release()
+
+    async def __aenter__(self) -> DuplexConnection:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        # shield: a second Ctrl-C must not leave the server holding the session
+        await asyncio.shield(self.close())
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    url: str,
+    settings: SessionSettings,
+    *,
+    api_key: str | None = None,
+    timeout: float = 30.0,
+    options: ConnectionOptions | None = None,
+    listeners: Iterable[Callable[[Happening], None]] = (),
+) -> AsyncIterator[DuplexConnection]:
+    """``async with connect(url, settings) as conn:`` — open, and close on every exit path."""
+    conn = await DuplexConnection.open(
+        url, settings, api_key=api_key, timeout=timeout, options=options, listeners=listeners
+    )
+    async with conn:
+        yield conn
