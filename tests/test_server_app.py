@@ -1,0 +1,81 @@
+"""``start_server`` / ``embedded_server`` / ``run`` (the ``duplexctl serve`` process)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from server_support import closed_code, dial, open_session, real_engine_available, recv_until, send
+
+from duplexctl.server.app import start_server
+from duplexctl.server.config import ServerConfig
+from duplexctl.server.embedded import embedded_server
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_engine = pytest.mark.skipif(
+    not real_engine_available(), reason="duplexctl.server.session (engine B) not available yet"
+)
+
+
+@needs_engine
+async def test_start_server_port_zero_and_async_with() -> None:
+    async with await start_server(ServerConfig(port=0)) as server:
+        assert server.port > 0 and server.host == "127.0.0.1"
+        assert server.url == f"ws://127.0.0.1:{server.port}/v1/realtime?duplex=1"
+        ws, _, _ = await open_session(server)
+        await ws.close()
+
+
+@needs_engine
+async def test_embedded_server_yields_a_working_loopback_url() -> None:
+    async with embedded_server(ServerConfig(port=9, host="0.0.0.0")) as url:
+        assert re.fullmatch(r"ws://127\.0\.0\.1:\d+/v1/realtime\?duplex=1", url)
+        ws = await dial(url + "&autostart=0")
+        await send(ws, {"type": "session.heartbeat"})
+        events = await recv_until(ws, "session.heartbeat_ack")
+        assert events[0]["type"] == "session.created"
+        await ws.close()
+
+
+@needs_engine
+async def test_serve_process_prints_url_and_closes_sessions_on_sigterm() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "duplexctl",
+        "serve",
+        "--port",
+        "0",
+        "--max-sessions",
+        "2",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().strip()
+        match = re.fullmatch(
+            r"duplexctl serve: listening on (ws://127\.0\.0\.1:(\d+)/v1/realtime\?duplex=1) "
+            r"\(max_sessions=2, dialect=g2\)",
+            line,
+        )
+        assert match, line
+        ws = await dial(match.group(1) + "&autostart=0")
+        await send(ws, {"type": "session.heartbeat"})
+        await recv_until(ws, "session.heartbeat_ack")
+        proc.send_signal(signal.SIGTERM)
+        closed = (await recv_until(ws, "session.closed", timeout=10))[-1]
+        assert closed["reason"] == "shutdown"
+        assert await closed_code(ws) == (1000, "shutdown")
+        assert await asyncio.wait_for(proc.wait(), 15) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
