@@ -1,0 +1,300 @@
+"""Drive an EngineSession without sockets: emit into a list, replay golden client frames.
+
+Used by the tests/test_engine_*.py files. The harness stands in for the transport exactly as
+docs/architecture.md describes it: translator rejections raised by ``receive`` become
+*unsequenced* error events (they would be written straight to the socket), everything the
+engine emits is *sequenced* (the journal would stamp it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from duplexctl.protocol import ids
+from duplexctl.protocol.errors import ProtocolError
+from duplexctl.server.config import ServerConfig
+from duplexctl.server.model import SimulatedGpu
+from duplexctl.server.session import EngineSession
+
+WIRE_DIR = Path(__file__).resolve().parent / "fixtures" / "wire"
+MIB = 1024 * 1024
+
+OPEN_TURN = {
+    "model": "fake/Qwen3-Omni-duplex-peer",
+    "modalities": ["audio", "text"],
+    "input_audio_format": "pcm16",
+    "sample_rate_hz": 16000,
+    "output_audio_format": "pcm16",
+    "instructions": "You are a helpful voice assistant.",
+    "extra_body": {"auto_response": False},
+    "turn_detection": None,
+}
+
+
+def turn_config(**overrides: Any) -> ServerConfig:
+    """The golden recordings' server: Qwen3-Omni-like, 200 ms chunks, 300 ms TTFA."""
+    values: dict[str, Any] = {
+        "model_profile": "turn",
+        "chunk_ms": 200,
+        "ttfa_ms": 300.0,
+        "realtime_factor": 1.0,
+        "seed": 1,
+    }
+    values.update(overrides)
+    return ServerConfig(**values)
+
+
+@dataclass
+class Harness:
+    config: ServerConfig
+    session_obj: dict[str, Any] | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    unsequenced: list[dict[str, Any]] = field(default_factory=list)
+    session: EngineSession = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.session = EngineSession(
+            session_id=ids.session_id(),
+            session_obj=self.session_obj,
+            config=self.config,
+            gpu=SimulatedGpu(self.config),
+            emit=self.events.append,
+        )
+
+    def start(self) -> None:
+        self.session.start()
+
+    async def send(self, event: dict[str, Any]) -> ProtocolError | None:
+        """Hand one event to the engine and let the mailbox apply it."""
+        try:
+            self.session.receive(event)
+        except ProtocolError as exc:
+            cid = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            self.unsequenced.append(exc.to_event(cid))
+            return exc
+        await self.session.drain()
+        return None
+
+    def types(self) -> list[str]:
+        return [e["type"] for e in self.events]
+
+    def of(self, etype: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == etype]
+
+    def codes(self) -> list[str]:
+        return [e["error"]["code"] for e in self.events if e["type"] == "error"]
+
+    async def wait_for(self, etype: str, count: int = 1, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while sum(1 for e in self.events if e["type"] == etype) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"timed out waiting for {count}x {etype}: {self.types()[-20:]}"
+                )
+            await asyncio.sleep(0.005)
+
+
+def pcm16(samples_ms: int, *, level: float = 0.0, rate: int = 16000, hz: float = 300.0) -> str:
+    """Base64 PCM16 of ``samples_ms`` of silence (level 0) or a sine at ``level``."""
+    import numpy as np
+
+    n = rate * samples_ms // 1000
+    t = np.arange(n) / rate
+    data = (level * np.sin(2 * np.pi * hz * t) * 32767).astype("<i2").tobytes()
+    return base64.b64encode(data).decode()
+
+
+# --- golden transcript replay ------------------------------------------------------------
+
+
+def read_wire(name: str) -> list[dict[str, Any]]:
+    path = WIRE_DIR / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+_SILENCE = base64.b64encode(bytes(3200)).decode()
+
+
+class AudioRebuilder:
+    """Restore appends whose audio the recorder cut to 128 characters (wire README)."""
+
+    def __init__(self) -> None:
+        commit = [
+            line["frame"]["audio"]
+            for line in read_wire("commit_turn")
+            if line["dir"] == "out" and line["frame"].get("type") == "input_audio_buffer.append"
+        ]
+        self.pass_slices = commit[:63]
+        self.last = -1
+
+    def rebuild(self, prefix: str) -> str:
+        candidates = [i for i, s in enumerate(self.pass_slices) if s.startswith(prefix)]
+        if self.last + 1 in candidates:
+            self.last += 1
+        elif candidates and not prefix.strip("A"):
+            if self.last + 1 >= len(self.pass_slices) or self.last < 0:
+                return _SILENCE
+            self.last += 1
+            return self.pass_slices[self.last]
+        elif candidates:
+            self.last = candidates[0]
+        else:
+            return _SILENCE
+        return self.pass_slices[self.last]
+
+
+ANCHORS = ("response.created", "response.output_audio.delta", "response.done")
+TRANSPORT_SKIP = {
+    "session.event_ack": "invalid_event_ack",
+    "session.resume": "unsupported_session_resume",
+}
+
+
+@dataclass
+class Replay:
+    """Recorded vs. reproduced server events of one scenario."""
+
+    recorded_seq: list[dict[str, Any]]
+    recorded_unseq_codes: list[str]
+    ours: Harness
+
+
+async def replay(
+    name: str, config: ServerConfig, *, big_appends: list[int] | None = None
+) -> Replay:
+    """Feed a scenario's client frames (connection 1) to a fresh engine.
+
+    Each frame is sent once the engine has emitted at least as many response.created /
+    audio deltas / response.done as the real server had before the client sent it, so
+    client reactions (acks, cancels, overlapping speech) meet the same response state.
+    Response and item ids in client frames are mapped to ours by order of appearance.
+    """
+    lines = [line for line in read_wire(name) if line["conn"] == 1]
+    opening = lines[0]["frame"]
+    harness = Harness(config, opening.get("session"))
+    harness.start()
+    rebuild = AudioRebuilder()
+    recorded_seq: list[dict[str, Any]] = []
+    recorded_unseq: list[str] = []
+    skipped_codes: list[str] = []
+    seen: Counter[str] = Counter()
+    rec_ids: list[str] = []
+    big = list(big_appends or [])
+    for line in lines[1:]:
+        frame = line["frame"]
+        if line["dir"] == "in":
+            if not isinstance(frame, dict):
+                continue
+            etype = frame.get("type")
+            if etype in ANCHORS:
+                seen[etype] += 1
+            _collect_ids(frame, rec_ids)
+            if "server_event_seq" in frame:
+                recorded_seq.append(frame)
+            elif etype == "error":
+                recorded_unseq.append(frame["error"]["code"])
+            continue
+        # a client frame
+        if isinstance(frame, str):
+            skipped_codes.append("invalid_json")
+            continue
+        if not isinstance(frame, dict):
+            skipped_codes.append("bad_event")
+            continue
+        if frame.get("type") in TRANSPORT_SKIP:
+            skipped_codes.append(TRANSPORT_SKIP[frame["type"]])
+            continue
+        frame = json.loads(json.dumps(frame))
+        if frame.get("type") == "input_audio_buffer.append" and line.get("truncated"):
+            if (
+                big
+                and not frame["audio"].strip("A")
+                and line["t_ms"] > 1000
+                and name == "bad_input"
+            ):
+                size = big.pop(0)
+                if size * 4 // 3 >= 15 * MIB - 4096:
+                    skipped_codes.append("event_too_large")
+                    continue
+                frame["audio"] = base64.b64encode(bytes(size)).decode()
+            else:
+                frame["audio"] = rebuild.rebuild(frame["audio"])
+        for anchor in ANCHORS:
+            if seen[anchor]:
+                await harness.wait_for(anchor, seen[anchor])
+        _map_ids(frame, rec_ids, harness)
+        await harness.send(frame)
+    await harness.session.drain()
+    for code in skipped_codes:
+        if code in recorded_unseq:
+            recorded_unseq.remove(code)
+    await harness.session.abort()
+    return Replay(recorded_seq, recorded_unseq, harness)
+
+
+def _collect_ids(frame: dict[str, Any], out: list[str]) -> None:
+    for value in (frame.get("response_id"), frame.get("item_id")):
+        if isinstance(value, str) and value not in out:
+            out.append(value)
+    item = frame.get("item")
+    if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"] not in out:
+        out.append(item["id"])
+
+
+def _map_ids(frame: dict[str, Any], rec_ids: list[str], harness: Harness) -> None:
+    ours: list[str] = []
+    for event in harness.events:
+        _collect_ids(event, ours)
+    for key in ("response_id", "item_id"):
+        value = frame.get(key)
+        if isinstance(value, str) and value in rec_ids:
+            index = rec_ids.index(value)
+            if index < len(ours):
+                frame[key] = ours[index]
+
+
+# --- normalisation -------------------------------------------------------------------------
+
+
+def tokens(events: list[dict[str, Any]]) -> tuple[list[str], Counter[str]]:
+    """Event types with the detail that matters, normalised for timing (see test module)."""
+    out: list[str] = []
+    counts: Counter[str] = Counter()
+    previous_audio = False
+    for event in events:
+        etype = event["type"]
+        if etype == "response.output_audio.delta":
+            counts["UNIT"] += 1
+            previous_audio = True
+            continue
+        if etype == "response.output_audio_transcript.delta":
+            if previous_audio and event.get("delta") == "":
+                previous_audio = False
+                continue
+            token = "TEXT"
+        elif etype == "playback.acknowledged":
+            counts["ACK"] += 1
+            continue
+        elif etype == "response.listen":
+            token = f"listen:{event['response']['metadata'].get('reason')}"
+        elif etype == "overlap.decision":
+            token = f"overlap:{event['action']}:{event['reason']}"
+        elif etype == "error":
+            token = f"error:{event['error']['code']}"
+        elif etype == "response.done":
+            details = event["response"].get("status_details") or {}
+            token = f"response.done:{event['response']['status']}:{details.get('reason')}"
+        else:
+            token = etype
+        previous_audio = False
+        if out and out[-1] == token and token.startswith(("listen:", "overlap:")):
+            continue
+        out.append(token)
+    return out, counts

@@ -1,0 +1,65 @@
+"""The engine against the golden transcripts of the real vLLM-Omni 0.30.0 server.
+
+Each scenario's client frames (connection 1) are replayed into a fresh EngineSession
+configured like the recorded server (Qwen3-Omni-like "turn" profile, 200 ms chunks, 300 ms
+TTFA); the engine's emitted event sequence must match the recorded *sequenced* server
+events, and the translator rejections must match the recorded unsequenced errors.
+
+Normalisations (engine_harness.tokens), each because timing, not behaviour, differs:
+
+* audio units (an audio delta and its empty transcript delta) are counted, not placed: where
+  a delta falls between client-driven events depends on the wall clock;
+* ``playback.acknowledged`` replies are counted, not placed (they interleave with deltas);
+* runs of identical ``response.listen`` beats and identical ``overlap.decision`` events are
+  collapsed to one: their number follows the number of appends that fell into the run;
+* frames the transport answers itself (invalid JSON, non-object, ``session.event_ack``,
+  ``session.resume``, the 15 MiB frame) are not sent, and their recorded errors are removed.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import pytest
+from engine_harness import MIB, replay, tokens, turn_config
+
+# realtime_factor 0 where the client only reacts after the answer; 1 where the client
+# interrupts or overlaps an answer that must still be running
+SCENARIOS = {
+    "commit_turn": 0.0,
+    "cancel": 1.0,
+    "clear_input": 0.0,
+    "item_truncate": 0.0,
+    "session_update": 0.0,
+    "text_item_turn": 0.0,
+    "turn_overlap_commit": 1.0,
+    "server_vad_turn": 1.0,
+    "server_vad_barge_in": 1.0,
+    "bad_input": 0.0,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_golden_sequence(name: str) -> None:
+    big = [int(4.5 * MIB), int(11.25 * MIB), int(8.5 * MIB)]
+    result = await replay(name, turn_config(realtime_factor=SCENARIOS[name]), big_appends=big)
+    recorded, recorded_counts = tokens(result.recorded_seq)
+    ours, our_counts = tokens(result.ours.events)
+    diff = "\n".join(difflib.unified_diff(recorded, ours, "recorded", "engine", lineterm=""))
+    assert ours == recorded, diff
+    assert our_counts == recorded_counts
+    ours_unseq = [e["error"]["code"] for e in result.ours.unsequenced]
+    assert ours_unseq == result.recorded_unseq_codes
+
+
+async def test_golden_field_sets_commit_turn() -> None:
+    """Same field names on every event type as the real server (values aside)."""
+    result = await replay("commit_turn", turn_config(realtime_factor=0.0))
+    recorded: dict[str, set[str]] = {}
+    for event in result.recorded_seq:
+        recorded.setdefault(event["type"], set()).update(event)
+    for event in result.ours.events:
+        fields = set(event) | {"server_event_seq"}
+        if event["type"] == "response.output_audio_transcript.delta":
+            continue  # stand-alone (with metadata) and paired (without) share the type
+        assert fields == recorded[event["type"]], event["type"]
