@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from server_support import (
+    StubEngine,
     abort_client,
     closed_code,
     dial,
@@ -18,8 +19,11 @@ from server_support import (
     recv_until,
     running,
     send,
+    stub_engine,
     ws_url,
 )
+
+from duplexctl.server.registry import Emit, Engine
 
 Wire = Callable[[str], list[dict[str, Any]]]
 
@@ -265,3 +269,27 @@ async def test_replay_ttl_prunes_into_a_gap() -> None:
         ws3, resumed = await resume(server, resume_event(created, 2))
         assert resumed["type"] == "session.resumed"
         await ws3.close()
+
+
+async def test_session_without_resume_support_closes_on_disconnect() -> None:
+    made: list[StubEngine] = []
+    base = stub_engine(made)
+
+    def create(session_id: str, session_obj: dict[str, Any] | None, emit: Emit) -> StubEngine:
+        engine = base.create(session_id, session_obj, emit)
+        assert isinstance(engine, StubEngine)
+        engine.capabilities["supports_session_resume"] = False
+        return engine
+
+    async with running(engine=Engine(base.validate_open, create), max_sessions=1) as server:
+        ws, created, _ = await open_session(server)
+        ws2, error = await resume(server, resume_event(created, 1))
+        assert error["error"]["code"] == "unsupported_session_resume"
+        assert await closed_code(ws2) == (1006, "")
+        abort_client(ws)
+        for _ in range(200):
+            if server.registry.slots_held == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert server.registry.slots_held == 0  # no grace: closed with reason "disconnect"
+        assert made[0].closed

@@ -34,6 +34,7 @@ from server_support import (
 from duplexctl.protocol import ids
 from duplexctl.protocol.names import Dialect
 from duplexctl.server.config import Fault, MiB
+from duplexctl.server.registry import Emit, Engine
 
 Wire = Callable[[str], list[dict[str, Any]]]
 
@@ -419,8 +420,10 @@ async def test_custom_close_reason_is_the_close_text() -> None:
         assert await closed_code(ws) == (1000, "bye now")
 
 
-async def test_receive_timeout_drops_socket_without_event_and_session_survives() -> None:
-    async with running() as server:
+async def test_receive_timeout_drops_socket_without_event_and_session_survives(
+    engine_kind: str,
+) -> None:
+    async with running(engine_kind) as server:
         ws, created, _ = await open_session(server, {**OPEN_SESSION, "idle_timeout_s": 0.3})
         await send(ws, {"type": "session.heartbeat"})
         await recv(ws)
@@ -571,3 +574,26 @@ async def test_g1_post_handshake_errors_keep_realtime_shape() -> None:
         error = await recv(ws)
         assert error["error"]["code"] == "unknown_event"
         await ws.close()
+
+
+async def test_engine_failing_to_start_frees_slot_and_reports_engine_error() -> None:
+    base = stub_engine()
+
+    def create(session_id: str, session_obj: dict[str, Any] | None, emit: Emit) -> StubEngine:
+        engine = base.create(session_id, session_obj, emit)
+        assert isinstance(engine, StubEngine)
+
+        def broken_start() -> None:
+            raise RuntimeError("model failed to load")
+
+        engine.start = broken_start  # type: ignore[method-assign]
+        return engine
+
+    async with running(engine=Engine(base.validate_open, create)) as server:
+        ws = await dial(ws_url(server))
+        await send(ws, {"type": "session.update", "session": OPEN_SESSION})
+        events = [await recv(ws), await recv(ws)]
+        assert events[0]["type"] == "session.created"
+        assert events[1]["error"]["code"] == "engine_error"
+        assert await closed_code(ws) == (1006, "")
+        assert server.registry.slots_held == 0

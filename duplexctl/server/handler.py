@@ -309,16 +309,17 @@ class ConnectionHandler:
         managed.engine = engine
         managed.attach_first(self.conn)
         self.conn.session = managed
-        token = managed.new_token()
-        self.conn.send_event(
-            {
+        try:
+            created = {
                 "type": "session.created",
                 "event_id": ids.server_event_id(),
                 "session": engine.session_object(),
                 "attachment_generation": 1,
-                "resume_token": token,
+                "resume_token": managed.new_token(),
             }
-        )
+        except Exception as exc:
+            return await self._open_failed(managed, exc)
+        self.conn.send_event(created)
         if not await self.conn.delivered():
             # session.created never reached the client: without its id and token nobody can
             # ever resume it. Correct by default: end it now and free the slot. The fault
@@ -329,8 +330,18 @@ class ConnectionHandler:
             else:
                 await managed.abort()
             return None
-        engine.start()
+        try:
+            engine.start()
+        except Exception as exc:
+            return await self._open_failed(managed, exc)
         return managed
+
+    async def _open_failed(self, managed: ManagedSession, exc: Exception) -> None:
+        """The engine broke while opening: never leak the slot, tell the client, drop TCP."""
+        log.error("engine session %s failed to open: %r", managed.id, exc)
+        self.conn.session = None
+        await managed.abort()
+        self._handshake_error("engine_error", f"engine session failed to open: {exc}")
 
     def _resume(self, event: dict[str, Any]) -> ManagedSession | None:
         session_id = event.get("session_id")

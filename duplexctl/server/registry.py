@@ -363,7 +363,10 @@ class Registry:
     async def _reap_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.reaper_interval_s)
-            self.reap()
+            try:
+                self.reap()
+            except Exception:  # one bad session must not stop expiry for all others
+                log.exception("reaper tick failed")
 
     def reap(self) -> None:
         """One reaper tick: disconnect grace and idle TTL (protocol.md §6.6, §6.8)."""
