@@ -256,6 +256,7 @@ class DuplexConnection:
         self._last_send_ns = time.monotonic_ns()
         self._heartbeats_sent: list[int] = []
         self.undecodable_frames = 0
+        self.listener_errors: list[Exception] = []  # exceptions raised by listeners
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -429,13 +430,13 @@ class DuplexConnection:
         elif isinstance(h, SessionClosed):
             self.timings.t_closed_ns = h.recv_ns
             self._closed_event.set()
-        for listener in self._listeners:
-            listener(h)
-        if self.options.queue_happenings:
-            self._queue.put_nowait(h)
+        self._emit_local(h)
 
     def add_listener(self, listener: Callable[[Happening], None]) -> None:
-        """Call ``listener(happening)`` synchronously for every happening, at receive time."""
+        """Call ``listener(happening)`` synchronously for every happening, at receive time.
+
+        Keep it quick (it runs in the reader); exceptions are collected in
+        ``listener_errors`` rather than stopping the reader."""
         self._listeners.append(listener)
 
     def _start_tasks(self, ws: ClientConnection) -> None:
@@ -503,7 +504,10 @@ class DuplexConnection:
 
     def _emit_local(self, h: Happening) -> None:
         for listener in self._listeners:
-            listener(h)
+            try:
+                listener(h)
+            except Exception as exc:  # a broken listener must not stop the reader
+                self.listener_errors.append(exc)
         if self.options.queue_happenings:
             self._queue.put_nowait(h)
 
