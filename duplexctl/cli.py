@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -144,6 +145,136 @@ def serve(
     from duplexctl.server.app import run
 
     run(config)
+
+
+@app.command()
+@reports_errors
+def replay(
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Audio files (each one user turn: say it, wait for the answer) or one "
+            "scenario .toml (see README: replay).",
+            show_default=False,
+        ),
+    ],
+    url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DUPLEXCTL_URL",
+            help="Server, e.g. ws://host:8000/v1/realtime?duplex=1 (none: start the "
+            "embedded reference server).",
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DUPLEXCTL_API_KEY",
+            help="Sent as a bearer header; never printed or written.",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Session model.")] = None,
+    voice: Annotated[str | None, typer.Option(help="Session voice.")] = None,
+    ref_audio: Annotated[
+        Path | None, typer.Option(help="Reference voice clip, sent as a data: URI.")
+    ] = None,
+    instructions: Annotated[str | None, typer.Option(help="Session instructions.")] = None,
+    turn_detection: Annotated[
+        str | None,
+        typer.Option(help="server_vad (default: the server ends turns) or none (client commits)."),
+    ] = None,
+    auto_response: Annotated[
+        bool | None,
+        typer.Option(
+            "--auto-response/--no-auto-response",
+            help="Model-native lane: the model decides when to answer.",
+            show_default=False,
+        ),
+    ] = None,
+    commit: Annotated[
+        bool | None,
+        typer.Option(
+            "--commit/--no-commit",
+            help="Client commits (response_create) after each turn's speech + a short tail.",
+            show_default=False,
+        ),
+    ] = None,
+    session: Annotated[
+        Path | None, typer.Option(help="JSON merged into the opening session.update.")
+    ] = None,
+    chunk_ms: Annotated[int | None, typer.Option(help="Append size in ms (default 100).")] = None,
+    pace: Annotated[
+        str | None, typer.Option(help="realtime (default) or fast (as fast as accepted).")
+    ] = None,
+    response_timeout_s: Annotated[
+        float | None, typer.Option(help="Wait this long for an answer (default 20).")
+    ] = None,
+    prebuffer_ms: Annotated[
+        float | None, typer.Option(help="Simulated playback jitter buffer (default 100).")
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON report on stdout instead of tables.")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write report.json, events.jsonl and WAVs here (incrementally)."),
+    ] = None,
+) -> None:
+    """Play scripted user turns against a server; per-turn timings, audio and a report."""
+    import asyncio
+
+    from duplexctl.report.render import render
+    from duplexctl.scenario.config import CliOptions, resolve
+    from duplexctl.scenario.parse import load_inputs
+    from duplexctl.scenario.runner import run_replay
+
+    scenario = load_inputs(inputs)
+    config = resolve(
+        CliOptions(
+            model=model,
+            voice=voice,
+            ref_audio=ref_audio,
+            instructions=instructions,
+            turn_detection=turn_detection,
+            auto_response=auto_response,
+            commit=commit,
+            session_file=session,
+            chunk_ms=chunk_ms,
+            pace=pace,
+            response_timeout_s=response_timeout_s,
+            prebuffer_ms=prebuffer_ms,
+        ),
+        scenario.settings,
+    )
+
+    def progress(line: str) -> None:
+        print(f"duplexctl: {line}", file=sys.stderr, flush=True)
+
+    result = asyncio.run(
+        run_replay(
+            scenario,
+            config,
+            url,
+            api_key=api_key,
+            out_dir=out,
+            progress=progress,
+            handle_sigint=True,
+        )
+    )
+    render(result.report, as_json=json_output)
+    if result.interrupted:
+        where = f"; partial results in {out}" if out is not None else ""
+        print(f"duplexctl: interrupted{where}", file=sys.stderr)
+    elif result.exit_code == 1:
+        failed = len(result.failed_expectations)
+        bits = [f"{failed} expectation(s) failed"] if failed else []
+        if result.violations:
+            bits.append(f"{result.violations} protocol violation(s)")
+        bits += result.problems[:3]
+        print(f"duplexctl: check failed: {'; '.join(bits)}", file=sys.stderr)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 def main() -> None:

@@ -122,6 +122,7 @@ def test_resume_figures() -> None:
         ResumeTimes(
             t_drop=ms(1700),
             t_open=ms(2210),
+            t_resume_sent=ms(2211),
             t_resumed=ms(2215),
             outcome="resumed",
             replayed_events=7,
@@ -132,7 +133,7 @@ def test_resume_figures() -> None:
     ]
     f = {k: v.value for k, v in compute_turn(t).figures.items()}
     assert f["resume_ms"] == 515
-    assert f["reconnect_ms"] == 510 and f["resume_handshake_ms"] == 5
+    assert f["reconnect_ms"] == 510 and f["resume_handshake_ms"] == 4
     assert (f["replayed_events"], f["duplicates_dropped"], f["seq_gaps"]) == (7, 2, 0)
 
 

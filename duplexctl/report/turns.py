@@ -45,9 +45,9 @@ ORIGINS: Final[dict[str, str]] = {
     "send of the append carrying the end of the interrupting speech",
     "resume_ms": "recv session.resumed - t_drop (socket killed), scripted wait included",
     "reconnect_ms": "websocket open complete - t_drop (scripted wait included)",
-    "resume_handshake_ms": "recv session.resumed - websocket open complete",
-    "replayed_events": "sequenced events received after session.resumed that were journaled "
-    "before it (seq <= journal head at resume)",
+    "resume_handshake_ms": "recv session.resumed - send session.resume",
+    "replayed_events": "sequenced events in the burst right after session.resumed (frames "
+    "< 10 ms apart: the journal replay), duplicates included",
     "duplicates_dropped": "replayed events discarded because their seq was already processed",
     "seq_gaps": "missing server_event_seq numbers across the resume (must be 0)",
 }
@@ -86,6 +86,7 @@ class ResumeTimes:
 
     t_drop: int
     t_open: int | None = None
+    t_resume_sent: int | None = None
     t_resumed: int | None = None
     outcome: str = "pending"  # resumed | session_resume_expired | resync_required | <code>
     replayed_events: int = 0
@@ -262,7 +263,7 @@ def compute_turn(t: TurnTimes, turns_by_index: dict[int, TurnTimes] | None = Non
         r = t.resumes[-1]
         figs["resume_ms"] = _ms(r.t_resumed, r.t_drop)
         figs["reconnect_ms"] = _ms(r.t_open, r.t_drop)
-        figs["resume_handshake_ms"] = _ms(r.t_resumed, r.t_open)
+        figs["resume_handshake_ms"] = _ms(r.t_resumed, r.t_resume_sent)
         figs["replayed_events"] = sum(x.replayed_events for x in t.resumes)
         figs["duplicates_dropped"] = sum(x.duplicates_dropped for x in t.resumes)
         figs["seq_gaps"] = sum(x.seq_gaps for x in t.resumes)
