@@ -73,7 +73,6 @@ def test_ack_trims_and_moves_boundary() -> None:
         (-1, "session.event_ack requires a non-negative server_event_seq"),
         ("3", "session.event_ack requires a non-negative server_event_seq"),
         (1.5, "session.event_ack requires a non-negative server_event_seq"),
-        (True, "session.event_ack requires a non-negative server_event_seq"),
         (None, "session.event_ack requires a non-negative server_event_seq"),
         (999999, "acknowledged sequence 999999 is newer than journal head 1"),
     ],

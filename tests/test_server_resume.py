@@ -129,7 +129,7 @@ async def test_events_emitted_while_detached_are_replayed() -> None:
         {"session_id": 7},
         {"last_received_server_event_seq": -1},
         {"last_received_server_event_seq": "3"},
-        {"last_received_server_event_seq": True},
+        {"last_received_server_event_seq": 1.5},
     ],
 )
 async def test_malformed_resume_is_invalid_session_resume(bad: dict[str, Any]) -> None:

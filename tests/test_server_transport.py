@@ -258,9 +258,9 @@ async def test_first_frame_without_type_opens_and_gets_bad_event(
         ws = await dial(ws_url(server))
         await send(ws, {"event_id": "evt_first_frame_without_type"})
         events = [await recv(ws) for _ in range(3)]
-        error = next(e for e in events if e["type"] == "error")
+        error = events[0]  # before session.created, as recorded
         assert error["error"] == golden["error"]  # with the echo, unlike the read loop
-        assert {e["type"] for e in events} == {"error", "session.created", "session.updated"}
+        assert [e["type"] for e in events] == ["error", "session.created", "session.updated"]
         await send(ws, {"type": "session.close"})
         closed = await recv_until(ws, "session.closed")
         assert closed[-1]["reason"] == "client_close"
@@ -272,7 +272,8 @@ async def test_first_frame_event_ack_is_unknown_event() -> None:
         ws = await dial(ws_url(server))
         await send(ws, {"type": "session.event_ack", "server_event_seq": 0, "event_id": "evt_a"})
         events = [await recv(ws) for _ in range(3)]
-        error = next(e for e in events if e["type"] == "error")
+        error = events[0]
+        assert [e["type"] for e in events] == ["error", "session.created", "session.updated"]
         assert error["error"]["code"] == "unknown_event"
         assert error["error"]["event_id"] == "evt_a"
         await ws.close()

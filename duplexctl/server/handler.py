@@ -253,12 +253,23 @@ class ConnectionHandler:
             elif etype == "session.resume":
                 managed = self._resume(first)
             else:
-                managed = await self._open({"model": model or self.config.served_model})
-                pending = first
+                # a command as first frame: a default session opens, then the command runs;
+                # a transport-level rejection of it goes out before session.created, the
+                # order vLLM-Omni produces (its pump sends session.created a moment later)
+                rejected = False
+
+                def precheck() -> None:
+                    nonlocal rejected
+                    rejected = self._reject_first_command(first)
+
+                managed = await self._open(
+                    {"model": model or self.config.served_model}, before_created=precheck
+                )
+                pending = None if rejected else first
         if managed is None:
             return
         if pending is not None:
-            self._first_command(managed, pending)
+            self._dispatch(managed, pending, pending["type"], _client_event_id(pending))
         await self._read_loop(managed)
 
     # -- handshake --------------------------------------------------------------------------
@@ -269,7 +280,9 @@ class ConnectionHandler:
         self.conn.send_event(event)
         self.conn.abort()
 
-    async def _open(self, session_obj: dict[str, Any]) -> ManagedSession | None:
+    async def _open(
+        self, session_obj: dict[str, Any], before_created: Callable[[], None] | None = None
+    ) -> ManagedSession | None:
         """validate_open → admission → EngineSession → session.created → start()."""
         try:
             self.registry.engine.validate_open(session_obj)
@@ -309,6 +322,8 @@ class ConnectionHandler:
         managed.engine = engine
         managed.attach_first(self.conn)
         self.conn.session = managed
+        if before_created is not None:
+            before_created()
         try:
             created = {
                 "type": "session.created",
@@ -352,8 +367,7 @@ class ConnectionHandler:
             or not session_id
             or not isinstance(token, str)
             or not token
-            or isinstance(last, bool)
-            or not isinstance(last, int)
+            or not isinstance(last, int)  # a JSON true passes as 1, as on vLLM-Omni
             or last < 0
         ):
             self._handshake_error(
@@ -390,14 +404,17 @@ class ConnectionHandler:
 
     # -- after the handshake ----------------------------------------------------------------
 
-    def _first_command(self, managed: ManagedSession, event: dict[str, Any]) -> None:
-        """The first frame was a command: it reaches the engine as such (protocol.md §1.4)."""
+    def _reject_first_command(self, event: dict[str, Any]) -> bool:
+        """Transport-level checks of a first frame that is a command; True if rejected."""
         etype = event.get("type")
         client_id = _client_event_id(event)
         if not isinstance(etype, str):
             self._error("bad_event", "Duplex event missing string type", client_id)
-            return
-        self._dispatch(managed, event, etype, client_id)
+            return True
+        if not _known_command(etype):
+            self._error("unknown_event", f"Unknown duplex event type: {etype}", client_id)
+            return True
+        return False
 
     async def _read_loop(self, managed: ManagedSession) -> None:
         limit = self.config.max_event_bytes
@@ -449,13 +466,10 @@ class ConnectionHandler:
         self, managed: ManagedSession, event: dict[str, Any], etype: str, client_id: str | None
     ) -> None:
         """Hand one well-formed command to the engine; translator errors go out at once."""
-        canonical = canonical_client(etype)
-        if canonical not in CLIENT_EVENT_TYPES or canonical in (
-            "session.event_ack",
-            "session.resume",
-        ):
+        if not _known_command(etype):
             self._error("unknown_event", f"Unknown duplex event type: {etype}", client_id)
             return
+        canonical = canonical_client(etype)
         if canonical != etype:
             event = {**event, "type": canonical}
         engine = managed.engine
@@ -474,6 +488,15 @@ class ConnectionHandler:
 
     def _error(self, code: str, message: str, client_id: str | None = None) -> None:
         self.conn.send_event(realtime_error(code, message, client_event_id=client_id))
+
+
+def _known_command(etype: str) -> bool:
+    """A client event type the engine understands (envelope events never reach it)."""
+    canonical = canonical_client(etype)
+    return canonical in CLIENT_EVENT_TYPES and canonical not in (
+        "session.event_ack",
+        "session.resume",
+    )
 
 
 def _client_event_id(event: dict[str, Any]) -> str | None:

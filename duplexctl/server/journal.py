@@ -112,7 +112,8 @@ class Journal:
 
     def acknowledge(self, seq: object) -> None:
         """Apply ``session.event_ack``; raises AckError with the wire message."""
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        # like vLLM-Omni, a JSON true/false passes as the int 1/0 (Python bool is an int)
+        if not isinstance(seq, int) or seq < 0:
             raise AckError("session.event_ack requires a non-negative server_event_seq")
         if seq > self._head:
             raise AckError(f"acknowledged sequence {seq} is newer than journal head {self._head}")
