@@ -277,6 +277,116 @@ def replay(
         raise typer.Exit(result.exit_code)
 
 
+@app.command()
+@reports_errors
+def talk(
+    url: Annotated[
+        str | None,
+        typer.Option(envvar="DUPLEXCTL_URL", help="Server URL; none: start the reference server."),
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="DUPLEXCTL_API_KEY", help="Bearer token (never shown).")
+    ] = None,
+    list_devices: Annotated[
+        bool, typer.Option("--list-devices", help="List audio devices and exit.")
+    ] = False,
+    input_device: Annotated[
+        str | None, typer.Option(help="Microphone: name (substring) or index; default input.")
+    ] = None,
+    output_device: Annotated[
+        str | None,
+        typer.Option(help="Speaker: name or index; 'none' = no sound, simulated playback clock."),
+    ] = None,
+    input_file: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Feed FILE[@SECONDS] through the live path instead of the microphone, in real "
+            "time, then silence (repeatable; @SECONDS places it on the user timeline)."
+        ),
+    ] = None,
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(help="Write conversation.wav, user.wav, response WAVs, events.jsonl here."),
+    ] = None,
+    turn_detection: Annotated[
+        str,
+        typer.Option(
+            help="auto (server VAD when the server offers it, else push-to-talk), "
+            "server_vad, or none (push-to-talk: Enter ends a turn)."
+        ),
+    ] = "auto",
+    vad_silence_ms: Annotated[int, typer.Option(help="Server VAD silence that ends a turn.")] = 800,
+    auto_response: Annotated[
+        bool, typer.Option("--auto-response", help="Model-native lane: the model decides.")
+    ] = False,
+    barge_in: Annotated[
+        str,
+        typer.Option(
+            help="client: stop playback and send response.cancel; server: stop playback, let "
+            "server VAD cancel; off: only the server's stop signals stop playback."
+        ),
+    ] = "client",
+    barge_threshold_db: Annotated[
+        float, typer.Option(help="Level (dBFS) the local barge-in detector counts as speech.")
+    ] = -40.0,
+    model: Annotated[str | None, typer.Option(help="Model name for the session.")] = None,
+    voice: Annotated[str | None, typer.Option(help="Voice name.")] = None,
+    ref_audio: Annotated[
+        str | None, typer.Option(help="Reference voice clip (sent as a data: URI).")
+    ] = None,
+    instructions: Annotated[str | None, typer.Option(help="System instructions.")] = None,
+    session: Annotated[
+        Path | None, typer.Option("--session", help="JSON merged into session.update.")
+    ] = None,
+    chunk_ms: Annotated[int, typer.Option(help="Input append size in ms.")] = 100,
+    prebuffer_ms: Annotated[float, typer.Option(help="Jitter buffer before playback.")] = 0.0,
+    plain: Annotated[
+        bool | None, typer.Option("--plain/--live", help="Force plain lines or the live view.")
+    ] = None,
+) -> None:
+    """Live conversation through a microphone and a speaker, with barge-in."""
+    if list_devices:
+        from duplexctl.talk.session import list_device_lines
+
+        for line in list_device_lines():
+            print(line)
+        return
+
+    import asyncio
+
+    from duplexctl.talk.config import InputFileSpec, TalkConfig
+    from duplexctl.talk.session import run_talk
+    from duplexctl.talk.view import make_view
+
+    config = TalkConfig(
+        url=url,
+        api_key=api_key,
+        input_device=input_device,
+        output_device=output_device,
+        input_files=[InputFileSpec.parse(f) for f in input_file or []],
+        duration_s=duration,
+        record_dir=record,
+        turn_detection=turn_detection,  # type: ignore[arg-type]  # checked by TalkConfig
+        vad_silence_ms=vad_silence_ms,
+        auto_response=auto_response,
+        barge_in=barge_in,  # type: ignore[arg-type]
+        barge_threshold_db=barge_threshold_db,
+        model=model,
+        voice=voice,
+        ref_audio=ref_audio,
+        instructions=instructions,
+        session_file=session,
+        chunk_ms=chunk_ms,
+        prebuffer_ms=prebuffer_ms,
+    )
+    result = asyncio.run(run_talk(config, make_view(plain)))
+    if result.error is not None:
+        raise result.error
+    if result.interrupted:
+        raise KeyboardInterrupt
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

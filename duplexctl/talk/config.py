@@ -1,0 +1,103 @@
+"""The options of one ``duplexctl talk`` run, parsed and checked before any I/O.
+
+Kept free of heavy imports so that the CLI can build and validate it (one-line BadInput for
+a bad value, exit 2) before numpy, websockets or PortAudio are loaded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from duplexctl.errors import BadInput
+
+TurnMode = Literal["auto", "server_vad", "none"]
+BargeMode = Literal["client", "server", "off"]
+TURN_MODES: Final = ("auto", "server_vad", "none")
+BARGE_MODES: Final = ("client", "server", "off")
+NO_DEVICE: Final = frozenset({"none", "null", "off"})
+
+
+@dataclass(frozen=True, slots=True)
+class InputFileSpec:
+    """``--input-file PATH[@SECONDS]``: a WAV fed as if spoken into the microphone.
+
+    Without ``@SECONDS`` a file starts right after the previous one (the first at 0); with it,
+    at that position of the user timeline (seconds since the session opened), which is how a
+    demo or test times an interruption to land while the assistant is speaking.
+    """
+
+    path: Path
+    at_s: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> InputFileSpec:
+        head, sep, tail = text.rpartition("@")
+        if sep and head:
+            try:
+                at = float(tail)
+            except ValueError:
+                return cls(Path(text))  # an '@' that is part of the file name
+            if not math.isfinite(at) or at < 0:
+                raise BadInput(f"--input-file {text}: the start time must be >= 0 seconds")
+            return cls(Path(head), at)
+        return cls(Path(text))
+
+
+@dataclass(slots=True)
+class TalkConfig:
+    """Everything ``talk`` needs; ``api_key`` is never printed or written."""
+
+    url: str | None = None
+    api_key: str | None = None
+    input_device: str | None = None
+    output_device: str | None = None
+    input_files: list[InputFileSpec] = field(default_factory=list)
+    duration_s: float | None = None
+    record_dir: Path | None = None
+    turn_detection: TurnMode = "auto"
+    vad_silence_ms: int | None = 800
+    auto_response: bool = False
+    barge_in: BargeMode = "client"
+    barge_threshold_db: float = -40.0
+    model: str | None = None
+    voice: str | None = None
+    ref_audio: str | None = None
+    instructions: str | None = None
+    session_file: Path | None = None
+    chunk_ms: int = 100
+    block_ms: int = 20
+    prebuffer_ms: float = 0.0
+    ack_interval_ms: float = 200.0
+    server_overrides: dict[str, Any] = field(default_factory=dict)  # embedded server only
+
+    def __post_init__(self) -> None:
+        if self.turn_detection not in TURN_MODES:
+            raise BadInput(
+                f"--turn-detection must be one of {', '.join(TURN_MODES)}, "
+                f"not {self.turn_detection!r}"
+            )
+        if self.barge_in not in BARGE_MODES:
+            raise BadInput(
+                f"--barge-in must be one of {', '.join(BARGE_MODES)}, not {self.barge_in!r}"
+            )
+        if self.duration_s is not None and not (self.duration_s > 0):
+            raise BadInput(f"--duration must be positive, not {self.duration_s}")
+        if self.chunk_ms <= 0 or self.chunk_ms % self.block_ms:
+            raise BadInput(f"--chunk-ms must be a positive multiple of {self.block_ms}")
+        if self.ack_interval_ms <= 0 or self.prebuffer_ms < 0:
+            raise BadInput("ack interval must be positive and prebuffer >= 0")
+        for spec in self.input_files:
+            if not spec.path.is_file():
+                raise BadInput(f"--input-file {spec.path}: no such file")
+
+    @property
+    def simulated_output(self) -> bool:
+        """``--output-device none``: no sound card; a simulated playback clock instead."""
+        return (self.output_device or "").strip().lower() in NO_DEVICE
+
+    @property
+    def uses_microphone(self) -> bool:
+        return not self.input_files

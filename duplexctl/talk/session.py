@@ -1,0 +1,1031 @@
+"""The live loop of ``duplexctl talk``: microphone → server → speaker, with barge-in.
+
+Three tasks share one :class:`~duplexctl.client.connection.DuplexConnection`:
+
+* **input** — blocks from the microphone (or ``--input-file``, same path) feed the level
+  meter, the local barge-in detector, a turn VAD (end of speech = ``t_eos``) and, every
+  ``chunk_ms``, an ``input_audio_buffer.append`` stamped with its place on the user timeline.
+* **happenings** — what the server said: audio deltas go to the output (speaker or
+  simulated clock), transcripts to the view, ``response.done`` ends a turn; a cancelled
+  ``response.done`` or an ``overlap.decision`` barge-in is a trusted stop signal and flushes.
+* **acks** — every ``ack_interval_ms`` the output's *played* position of each response is
+  sent as ``playback.ack`` (the first as soon as audio starts, a final exact one at the
+  end): the server's playback ledger then reflects what the listener heard, never what was
+  received (metrics.md, protocol.md §6.5).
+
+Barge-in, in the order that keeps the server's history honest (protocol.md §6.3-6.5, §7.3):
+the local detector fires → the output is flushed at once (sound stops; the heard position is
+frozen from the device clock) → ``playback.ack`` with that position (the server cuts history
+at the last acknowledged position when it cancels) → ``response.cancel`` in ``client`` mode
+(``server`` mode leaves the cancel to server VAD) → after the cancelled ``response.done``,
+``conversation.item.truncate`` with the same heard position. Each step is skipped when the
+server's capabilities say it is unsupported, never by model name.
+
+Every exit path — ``--duration``, ``q``, Ctrl-C, a lost connection — stops the input, silences
+the output, sends ``session.close`` and finishes the ``--record`` files. Ctrl-C is handled as a
+signal (first: a clean stop, reported as exit 130; second: abort), so the close really happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from duplexctl import __version__
+from duplexctl.audio import pcm
+from duplexctl.audio.resample import StreamResampler
+from duplexctl.audio.vad import StreamingVad, VadParams
+from duplexctl.client.connection import (
+    ConnectionLost,
+    ConnectionOptions,
+    DuplexConnection,
+    HandshakeFailed,
+)
+from duplexctl.errors import DuplexctlError, ServerUnreachable
+from duplexctl.protocol import ids
+from duplexctl.protocol.client_state import (
+    AudioDelta,
+    Committed,
+    ErrorReceived,
+    Happening,
+    Listen,
+    OverlapDecision,
+    ResponseCreated,
+    ResponseDone,
+    SessionClosed,
+    SessionExpired,
+    SessionReplaced,
+    SessionResumed,
+    SpeechStarted,
+    SpeechStopped,
+    TextDelta,
+    TranscriptDelta,
+)
+from duplexctl.protocol.settings import SessionSettings
+from duplexctl.report.turns import BargeTimes, Delta, Figure, TurnRecord, TurnTimes, compute_turn
+from duplexctl.talk.barge import BargeInDetector, Onset
+from duplexctl.talk.config import TalkConfig
+from duplexctl.talk.inputs import FileInput, InputSource, MicInput
+from duplexctl.talk.output import DeviceOutput, Output, SimulatedOutput
+from duplexctl.talk.view import View, make_view
+
+NS: Final = 1_000_000_000
+# errors that are the expected echo of our own races (cancel after the answer ended, an ack
+# or truncate for a reply the server already released): not worth the user's attention
+QUIET_ERRORS: Final = frozenset(
+    {"response_not_active", "playback_item_not_found", "playback_ack_too_late"}
+)
+_VAD_REFUSALS: Final = frozenset({"unsupported_turn_detection", "server_vad_unavailable"})
+LOCAL_STOP_ORIGIN: Final = (
+    "output flushed (local barge-in) - capture time of the first sample of the interrupting "
+    "speech (talk only: how fast playback stopped on the client)"
+)
+
+
+def _ns(t: float) -> int:
+    return int(t * NS)
+
+
+def _dbfs(samples: np.ndarray) -> float:
+    if samples.size == 0:
+        return -120.0
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    return 20.0 * math.log10(max(rms, 1e-6))
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Utterance:
+    """One stretch of user speech found by the turn VAD (user-timeline ms)."""
+
+    onset_ms: float
+    end_ms: float | None = None
+    t_eos_ns: int | None = None  # send of the append reaching end_ms (metrics.md t_eos)
+    claimed: bool = False
+
+
+@dataclass(slots=True)
+class BargeIn:
+    """One interruption of playback, as talk saw it (printed, and kept in report.json)."""
+
+    kind: str  # speech (local detector) | key (c) | server (a stop signal from the server)
+    response_ids: list[str]
+    heard_ms: dict[str, float]
+    t_flush: float
+    onset: Onset | None = None
+    t_bi_ns: int | None = None
+    cancel_sent: bool = False
+
+    @property
+    def local_stop_ms(self) -> float | None:
+        if self.onset is None:
+            return None
+        return round((self.t_flush - self.onset.t_onset) * 1000.0, 3)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "response_ids": self.response_ids,
+            "heard_ms": {k: round(v, 3) for k, v in self.heard_ms.items()},
+            "local_stop_ms": self.local_stop_ms,
+            "onset_u_ms": None if self.onset is None else self.onset.u_ms,
+            "detect_ms": None
+            if self.onset is None
+            else round((self.onset.t_detected - self.onset.t_onset) * 1000.0, 3),
+            "cancel_sent": self.cancel_sent,
+        }
+
+
+@dataclass(slots=True)
+class ResponseState:
+    """Client-side state of one response while it is received and played."""
+
+    rid: str
+    turn: TurnTimes
+    resampler: StreamResampler | None = None
+    heard_buf: list[np.ndarray] = field(default_factory=list)  # not yet written as heard
+    written_frames: int = 0  # output-rate frames written to conversation.wav
+    got_audio: bool = False
+    flushed: bool = False
+    heard_ms: float | None = None
+    last_ack_ms: float | None = None
+    truncate_pending: bool = False
+    truncated: bool = False
+    finalized: bool = False
+    barge: BargeIn | None = None
+
+
+@dataclass(slots=True)
+class TalkResult:
+    """What a talk run ended with; the CLI maps it to an exit code."""
+
+    stop_reason: str
+    interrupted: bool = False
+    error: DuplexctlError | None = None
+    session_id: str | None = None
+    turns: list[TurnRecord] = field(default_factory=list)
+    barge_ins: list[BargeIn] = field(default_factory=list)
+    record_dir: Path | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# The session
+# --------------------------------------------------------------------------------------------
+
+
+class TalkSession:
+    """One live conversation (see the module docstring)."""
+
+    def __init__(self, config: TalkConfig, view: View | None = None) -> None:
+        self.config = config
+        self.view: View = view if view is not None else make_view()
+        self.conn: DuplexConnection | None = None
+        self.output: Output | None = None
+        self.input: InputSource | None = None
+        self.settings: SessionSettings | None = None
+        self.artifacts: Any = None  # report.artifacts.RunArtifacts when --record
+        self.user_wav: Any = None
+        self.responses: dict[str, ResponseState] = {}
+        self.turns: list[TurnTimes] = []
+        self.records: list[TurnRecord] = []
+        self.barge_ins: list[BargeIn] = []
+        self.utterances: list[Utterance] = []
+        self.appends: deque[tuple[float, float, int]] = deque(maxlen=20_000)
+        self._waiting: list[tuple[float, bool, Callable[[int], None]]] = []
+        self._pending: list[np.ndarray] = []
+        self._pending_frames = 0
+        self._u_sent_ms = 0.0
+        self._ptt_commits: deque[float] = deque()
+        self._t_commit_ns: int | None = None
+        self._stop = asyncio.Event()
+        self._ack_wakeup = asyncio.Event()
+        self.stop_reason = "running"
+        self.interrupted = False
+        self.error: DuplexctlError | None = None
+        self.mode = "server_vad"
+        self.caps: dict[str, Any] = {}
+        self.input_t0: float | None = None  # monotonic time of user-timeline 0
+        self._sigint_count = 0
+        self._main_task: asyncio.Task[Any] | None = None
+        self._last_frame_id: int | None = None
+        self._pending_t: float | None = None
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _build_settings(self, turn_detection: str) -> SessionSettings:
+        c = self.config
+        return SessionSettings.from_options(
+            model=c.model,
+            voice=c.voice,
+            ref_audio=c.ref_audio,
+            instructions=c.instructions,
+            turn_detection=turn_detection,
+            vad_silence_ms=c.vad_silence_ms,
+            auto_response=c.auto_response,
+            session_file=c.session_file,
+        )
+
+    def _open_devices(self, settings: SessionSettings) -> None:
+        """Output first, then input: every device problem is one line before any I/O."""
+        c = self.config
+        if c.simulated_output:
+            self.output = SimulatedOutput(
+                settings.output_rate, prebuffer_ms=c.prebuffer_ms, on_started=self._on_started
+            )
+        else:
+            self.output = DeviceOutput(
+                c.output_device,
+                settings.output_rate,
+                prebuffer_ms=c.prebuffer_ms,
+                on_started=self._on_started,
+            )
+        if c.input_files:
+            from duplexctl.audio.source import load_audio
+
+            clips = []
+            for spec in c.input_files:
+                clip = load_audio(
+                    spec.path, settings.input_rate, wire_format=settings.input_format_canonical
+                )
+                if clip.conversion:
+                    self.view.info(f"input: {clip.conversion}")
+                clips.append((clip, spec.at_s))
+            self.input = FileInput(clips, settings.input_rate, c.block_ms)
+        else:
+            self.input = MicInput(c.input_device, settings.input_rate, c.block_ms)
+
+    async def _open_connection(self, url: str) -> DuplexConnection:
+        c = self.config
+        wanted = "none" if c.turn_detection == "none" else "server_vad"
+        options = ConnectionOptions()
+        settings = self._build_settings(wanted)
+        try:
+            conn = await DuplexConnection.open(
+                url, settings, api_key=c.api_key, options=options, listeners=[self._record_recv]
+            )
+        except HandshakeFailed as exc:
+            err = exc.error
+            vad_refused = err is not None and (
+                err.code in _VAD_REFUSALS
+                or (
+                    err.code == "invalid_session_config"
+                    and ("turn_detection" in err.message or "vad" in err.message.lower())
+                )
+            )
+            if c.turn_detection != "auto" or not vad_refused:
+                raise
+            assert err is not None
+            self.view.info(f"server refused server VAD ({err.code}): using push-to-talk")
+            settings = self._build_settings("none")
+            conn = await DuplexConnection.open(
+                url, settings, api_key=c.api_key, options=options, listeners=[self._record_recv]
+            )
+        self.settings = settings
+        if self.artifacts is not None and conn.timings.t_update_sent_ns is not None:
+            from duplexctl.report.artifacts import redact
+
+            self.artifacts.note(
+                conn.timings.t_update_sent_ns,
+                "opening session.update sent",
+                session=redact(settings.to_session_object(), audio_keys=False),
+            )
+        return conn
+
+    def _choose_mode(self, conn: DuplexConnection) -> None:
+        """Branch on what the server said it does (capabilities, echoed turn_detection)."""
+        caps = self.caps = conn.session.capabilities
+        td = conn.session.session.get("turn_detection")
+        c = self.config
+        if c.auto_response:
+            self.mode = "native"
+            turns = "model-native (the model decides when to answer)"
+            if td:
+                turns += " + server VAD"
+        elif td:
+            self.mode = "server_vad"
+            turns = f"server VAD (silence {td.get('silence_duration_ms', '?')} ms)"
+        else:
+            self.mode = "ptt"
+            turns = "push-to-talk (Enter ends a turn)"
+            if isinstance(self.input, FileInput):
+                turns += "; each input file ends a turn"
+            if caps.get("supports_client_commit") is False:
+                self.view.info("warning: the server does not support client commits")
+        barge = c.barge_in
+        if barge == "server" and not td:
+            self.view.info(
+                "--barge-in server without server VAD: the server will not cancel on speech; "
+                "playback still stops locally"
+            )
+        if barge == "client" and caps.get("supports_barge_in") is False:
+            self.view.info("the server does not advertise barge-in; response.cancel is used")
+        self.view.set_state(turns=turns, **{"barge-in": barge})
+
+    # -- run ---------------------------------------------------------------------------------
+
+    async def run(self) -> TalkResult:
+        c = self.config
+        settings = self._build_settings("none" if c.turn_detection == "none" else "server_vad")
+        self._open_devices(settings)  # MissingDependency / BadInput before any connection
+        assert self.output is not None and self.input is not None
+        self._main_task = asyncio.current_task()
+        async with contextlib.AsyncExitStack() as stack:
+            url = c.url
+            if url is None:
+                from duplexctl.server.config import ServerConfig
+                from duplexctl.server.embedded import embedded_server
+
+                server_config = ServerConfig(**c.server_overrides)
+                url = await stack.enter_async_context(embedded_server(server_config))
+                self.view.info(
+                    f"no --url: started the reference server at {url} "
+                    f"(simulated model, {server_config.voice} replies)"
+                )
+            if c.record_dir is not None:
+                self._open_record(c.record_dir, settings)
+                stack.callback(self._close_record)
+            conn = await self._open_connection(url)
+            self.conn = conn
+            stack.push_async_callback(self._close_connection)
+            self._choose_mode(conn)
+            self.view.set_state(
+                session=conn.session.session_id,
+                connection=f"open ({url}, handshake {conn.timings.handshake_ms or 0:.0f} ms)",
+                input=self.input.description,
+                output=self.output.description,
+                state="listening",
+            )
+            self.view.info(
+                f"session {conn.session.session_id} open; "
+                f"{self.input.description} -> {self.output.description}"
+            )
+            self.view.start()
+            stack.callback(self.view.stop)
+            await self._live()
+        return TalkResult(
+            stop_reason=self.stop_reason,
+            interrupted=self.interrupted,
+            error=self.error,
+            session_id=self.conn.session.session_id if self.conn else None,
+            turns=list(self.records),
+            barge_ins=list(self.barge_ins),
+            record_dir=c.record_dir,
+        )
+
+    async def _live(self) -> None:
+        assert self.output is not None and self.input is not None
+        loop = asyncio.get_running_loop()
+        from duplexctl.talk.keys import KeyReader
+
+        keys = KeyReader(self._on_key)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        timer = (
+            loop.call_later(self.config.duration_s, self._request_stop, "duration")
+            if self.config.duration_s is not None
+            else None
+        )
+        self.output.start()
+        self.input.start()
+        self.input_t0 = getattr(self.input, "t0", None) or time.monotonic()
+        if keys.start():
+            self.view.info("keys: Enter ends a push-to-talk turn, c cancels the answer, q quits")
+        tasks = [
+            asyncio.create_task(self._input_loop(), name="talk-input"),
+            asyncio.create_task(self._happening_loop(), name="talk-happenings"),
+            asyncio.create_task(self._ack_loop(), name="talk-acks"),
+        ]
+        try:
+            stopper = asyncio.create_task(self._stop.wait())
+            done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            stopper.cancel()
+        finally:
+            if timer is not None:
+                timer.cancel()
+            keys.stop()
+            self.input.stop()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            self._flush_heard_all()
+            self._finalize_unfinished()
+            await self.output.aclose(drain=False)
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal.SIGINT)
+
+    def _request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.stop_reason = reason
+            self._stop.set()
+
+    def _on_sigint(self) -> None:
+        """First Ctrl-C: stop cleanly (session.close, files finished), exit 130 later.
+        Second: abort at once (the close is still attempted, shielded)."""
+        self._sigint_count += 1
+        self.interrupted = True
+        if self._sigint_count == 1:
+            self.view.info("interrupted: closing the session (Ctrl-C again to abort)")
+            self._request_stop("interrupted")
+        elif self._main_task is not None:
+            self._main_task.cancel()
+
+    def _on_key(self, key: str) -> None:
+        if key == "q":
+            self._request_stop("quit")
+        elif key == "c":
+            asyncio.get_running_loop().create_task(self._interrupt("key"))
+        elif key == "enter":
+            if self.mode == "ptt":
+                asyncio.get_running_loop().create_task(self._commit_turn())
+            else:
+                self.view.info(f"Enter ignored: turns end by {self.mode}")
+
+    async def _close_connection(self) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        if self.artifacts is not None:
+            self.artifacts.note(time.monotonic_ns(), "session.close sending")
+        await asyncio.shield(conn.close("client_close"))
+        closed = conn.timings.close_ms
+        self.view.info(
+            f"session closed ({conn.session.close_reason or 'no session.closed'}"
+            + (f", close_ms {closed:.1f}" if closed is not None else "")
+            + ")"
+        )
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def _send(self, event: dict[str, Any]) -> int | None:
+        """Send one event; None when the connection is gone (the stop is handled elsewhere)."""
+        assert self.conn is not None
+        try:
+            sent = await self.conn.send(event)
+        except ServerUnreachable:
+            return None
+        if self.artifacts is not None:
+            self.artifacts.event("send", sent, event)
+        return sent
+
+    async def _send_append(self, samples: np.ndarray, t_capture: float) -> None:
+        assert self.conn is not None and self.settings is not None
+        start = self._u_sent_ms
+        end = start + 1000.0 * samples.size / self.settings.input_rate
+        event = self.conn.session.append(
+            pcm.encode(samples, self.settings.input_format_canonical),
+            audio_start_ms=start,
+            audio_end_ms=end,
+        )
+        sent = await self._send(event)
+        self._u_sent_ms = end
+        if sent is None:
+            return
+        self.appends.append((start, end, sent))
+        if self.artifacts is not None:
+            # placed at capture time: the assistant channel is at DAC time, so the file
+            # reproduces what a person at the device heard and said
+            self.artifacts.user_audio(samples, _ns(t_capture))
+        still: list[tuple[float, bool, Callable[[int], None]]] = []
+        for u, carrying, callback in self._waiting:
+            if (start <= u < end) if carrying else (start < u <= end):
+                callback(sent)
+            elif u < start:
+                callback(sent)  # fell between appends (cannot happen with contiguous input)
+            else:
+                still.append((u, carrying, callback))
+        self._waiting = still
+
+    def _when_sent(self, u_ms: float, *, carrying: bool, callback: Callable[[int], None]) -> None:
+        """Call ``callback(send_ns)`` for the append reaching (or carrying) ``u_ms``."""
+        for start, end, sent in reversed(self.appends):
+            if (start <= u_ms < end) if carrying else (start < u_ms <= end):
+                callback(sent)
+                return
+            if end < u_ms:
+                break
+        self._waiting.append((u_ms, carrying, callback))
+
+    async def _commit_turn(self) -> None:
+        """Push-to-talk: end the user's turn (commit, then response.create)."""
+        assert self.conn is not None
+        if self._pending_frames:
+            await self._flush_pending(final=True)
+        sent = await self._send(self.conn.session.commit(response_create=False))
+        if sent is None:
+            return
+        self._t_commit_ns = sent
+        await self._send(self.conn.session.response_create())
+        self.view.set_state(state="turn committed: waiting for the answer")
+
+    # -- input -------------------------------------------------------------------------------
+
+    async def _input_loop(self) -> None:
+        assert self.input is not None and self.settings is not None and self.output is not None
+        rate = self.settings.input_rate
+        chunk_frames = rate * self.config.chunk_ms // 1000
+        detector = BargeInDetector(rate, self.config.barge_threshold_db)
+        turn_vad = StreamingVad(rate, VadParams())
+        if isinstance(self.input, FileInput) and self.mode == "ptt":
+            self._ptt_commits.extend(self.input.clip_ends_ms)
+        async for block in self.input.blocks():
+            now = time.monotonic()
+            self.view.level(_dbfs(block.samples))
+            if self.user_wav is not None:
+                self.user_wav.write(block.samples)
+            armed = self.config.barge_in != "off" and self.output.busy()
+            onset = detector.feed(block, armed=armed, now=now)
+            if onset is not None:
+                await self._interrupt("speech", onset)  # flushes first, then tells the server
+            for ev in turn_vad.feed(block.samples):
+                self._on_turn_vad(ev.kind, ev.onset_ms if ev.kind == "start" else ev.ms)
+            self._pending.append(block.samples)
+            self._pending_frames += block.samples.size
+            if self._pending_t is None:
+                self._pending_t = block.t_capture
+            if self._pending_frames >= chunk_frames:
+                await self._flush_pending(final=False, chunk_frames=chunk_frames)
+            block_end = block.start_ms + 1000.0 * block.samples.size / rate
+            while self._ptt_commits and self._ptt_commits[0] <= block_end:
+                self._ptt_commits.popleft()
+                await self._commit_turn()
+            if self._stop.is_set():
+                return
+        self._request_stop("input ended")
+
+    async def _flush_pending(self, *, final: bool, chunk_frames: int | None = None) -> None:
+        """Send whole chunks of the pending input (all of it when ``final``)."""
+        data = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
+        t_first = self._pending_t if self._pending_t is not None else time.monotonic()
+        rate = self.settings.input_rate if self.settings else 16000
+        size = data.size if final or chunk_frames is None else chunk_frames
+        offset = 0
+        while data.size - offset >= size > 0:
+            await self._send_append(data[offset : offset + size], t_first + offset / rate)
+            offset += size
+            if final:
+                break
+        rest = data[offset:]
+        self._pending = [rest] if rest.size else []
+        self._pending_frames = int(rest.size)
+        self._pending_t = t_first + offset / rate if rest.size else None
+
+    def _on_turn_vad(self, kind: str, u_ms: float) -> None:
+        if kind == "start":
+            self.utterances.append(Utterance(onset_ms=u_ms))
+            self.view.set_state(state="you are speaking")
+            return
+        if not self.utterances or self.utterances[-1].end_ms is not None:
+            return
+        utt = self.utterances[-1]
+        utt.end_ms = u_ms
+        self.view.set_state(state="listening")
+
+        def resolved(sent: int, utt: Utterance = utt) -> None:
+            utt.t_eos_ns = sent
+
+        self._when_sent(u_ms, carrying=False, callback=resolved)
+
+    def _claim_eos(self) -> int | None:
+        """t_eos of the latest finished, unclaimed utterance (the turn being answered)."""
+        for utt in reversed(self.utterances):
+            if utt.claimed:
+                return None
+            if utt.t_eos_ns is not None:
+                utt.claimed = True
+                return utt.t_eos_ns
+        return None
+
+    # -- barge-in ----------------------------------------------------------------------------
+
+    async def _interrupt(self, kind: str, onset: Onset | None = None) -> None:
+        """Stop playback now, then tell the server what was heard and (maybe) cancel."""
+        assert self.output is not None and self.conn is not None
+        t_flush = time.monotonic()
+        heard = self.output.flush()
+        active = self.conn.session.active_response_id
+        if not heard and (kind != "key" or active is None):
+            return
+        barge = BargeIn(kind, sorted(heard), heard, t_flush, onset)
+        self.barge_ins.append(barge)
+        for rid, ms in heard.items():
+            self._mark_flushed(rid, ms, t_flush, barge)
+        if onset is not None:
+            self.view.info(
+                f"barge-in: playback stopped {barge.local_stop_ms:.0f} ms after your speech "
+                f"began; heard {', '.join(f'{v:.0f} ms' for v in heard.values()) or 'nothing'}"
+            )
+            for rid in heard:
+                self._set_t_bi(rid, onset.u_ms, barge)
+        elif heard:
+            self.view.info(
+                f"{kind}: playback stopped; heard "
+                + ", ".join(f"{v:.0f} ms" for v in heard.values())
+            )
+        self.view.set_state(state="interrupted" if kind != "server" else "cancelled by server")
+        for rid, ms in heard.items():
+            await self._ack(rid, ms)
+        cancel = kind == "key" or (kind == "speech" and self.config.barge_in == "client")
+        targets = [r for r in heard if not self.conn.session.responses[r].done]
+        if cancel and active is not None and active not in targets:
+            targets.append(active)
+        if cancel:
+            for rid in targets:
+                sent = await self._send(self.conn.session.response_cancel(rid))
+                barge.cancel_sent = sent is not None
+                if kind == "key" and sent is not None:
+                    barge.t_bi_ns = sent
+                    st = self.responses.get(rid)
+                    if st is not None:
+                        st.turn.barge = BargeTimes("cancel", sent)
+        for rid in heard:
+            await self._maybe_truncate(rid)
+
+    def _set_t_bi(self, rid: str, u_ms: float, barge: BargeIn) -> None:
+        st = self.responses.get(rid)
+
+        def resolved(sent: int) -> None:
+            barge.t_bi_ns = barge.t_bi_ns or sent
+            if st is not None and st.turn.barge is None:
+                st.turn.barge = BargeTimes("speech", sent)
+
+        self._when_sent(u_ms, carrying=True, callback=resolved)
+
+    def _mark_flushed(self, rid: str, heard_ms: float, t_flush: float, barge: BargeIn) -> None:
+        st = self.responses.get(rid)
+        if st is None:
+            return
+        self._write_heard(st, heard_ms)
+        st.flushed = True
+        st.heard_ms = heard_ms
+        st.heard_buf.clear()
+        st.barge = barge
+        st.truncate_pending = True
+        st.turn.heard_ms = heard_ms
+        st.turn.playback_end = _ns(t_flush)
+
+    async def _ack(self, rid: str, played_ms: float) -> None:
+        assert self.conn is not None
+        if self.caps.get("supports_playback_ack") is False:
+            return
+        st = self.responses.get(rid)
+        if st is not None:
+            st.last_ack_ms = played_ms
+        await self._send(self.conn.session.playback_ack(rid, played_ms))
+
+    async def _maybe_truncate(self, rid: str) -> None:
+        """conversation.item.truncate at the heard position, once the response has ended
+        (protocol.md §7.3/7.4: the truncate follows the cancelled response.done)."""
+        assert self.conn is not None
+        st = self.responses.get(rid)
+        track = self.conn.session.responses.get(rid)
+        if st is None or track is None or not st.truncate_pending or not track.done:
+            return
+        st.truncate_pending = False
+        if self.caps.get("supports_audio_truncate") is False or st.heard_ms is None:
+            return
+        sent = await self._send(
+            self.conn.session.item_truncate(ids.assistant_item_id(rid), st.heard_ms)
+        )
+        st.truncated = sent is not None
+
+    # -- happenings --------------------------------------------------------------------------
+
+    def _record_recv(self, h: Happening) -> None:
+        """Connection listener: every frame into events.jsonl at its receive time."""
+        if self.artifacts is None:
+            return
+        if isinstance(h, ConnectionLost):
+            self.artifacts.note(h.recv_ns, "connection.lost", code=h.code, reason=h.reason)
+            return
+        key = id(h.frame)  # one frame may yield several happenings: log it once
+        if h.frame and key != self._last_frame_id:
+            self._last_frame_id = key
+            self.artifacts.event("recv", h.recv_ns, h.frame)
+
+    async def _happening_loop(self) -> None:
+        assert self.conn is not None
+        async for h in self.conn:
+            await self._on_happening(h)
+        if not self._stop.is_set():
+            session = self.conn.session
+            if session.closed:
+                self.view.info(f"the server closed the session ({session.close_reason})")
+                self._request_stop("server closed")
+            else:
+                self.error = self.error or ServerUnreachable("the connection ended")
+                self._request_stop("connection ended")
+
+    async def _on_happening(self, h: Happening) -> None:
+        assert self.conn is not None and self.output is not None
+        if isinstance(h, AudioDelta):
+            await self._on_audio(h)
+        elif isinstance(h, TranscriptDelta | TextDelta):
+            if h.delta:
+                self.view.transcript(h.response_id, h.delta)
+        elif isinstance(h, ResponseCreated):
+            self._state_for(h.response_id, h.recv_ns)
+            self.view.set_state(state="assistant is thinking", epoch=self.conn.session.epoch)
+        elif isinstance(h, ResponseDone):
+            await self._on_done(h)
+        elif isinstance(h, OverlapDecision):
+            if h.action == "barge_in":
+                await self._interrupt("server")
+        elif isinstance(h, SpeechStarted):
+            self.view.set_state(state="you are speaking (server VAD)")
+        elif isinstance(h, SpeechStopped):
+            self.view.set_state(state="turn ended (server VAD)")
+        elif isinstance(h, Committed):
+            if h.overlap_deferred:
+                self.view.info("your turn was deferred until the answer ends")
+        elif isinstance(h, Listen):
+            if h.response_id is not None:
+                self.view.info(f"the model chose to listen ({h.reason})")
+        elif isinstance(h, ErrorReceived):
+            if h.error.code not in QUIET_ERRORS:
+                self.view.info(f"server error: {h.error.code}: {h.error.message}")
+        elif isinstance(h, ConnectionLost):
+            if h.resuming:
+                self.view.info(f"connection lost ({h.code} {h.reason}): resuming on its own")
+                self.view.set_state(connection="lost: resuming")
+            else:
+                self.view.info(f"connection lost and not resumed: {h.reason}")
+                self.error = ServerUnreachable(f"connection lost and not resumed: {h.reason}")
+                self.view.set_state(connection="lost")
+        elif isinstance(h, SessionResumed):
+            rec = self.conn.timings.resumes[-1] if self.conn.timings.resumes else None
+            took = f" after {rec.resume_ms:.0f} ms" if rec and rec.resume_ms else ""
+            self.view.info(
+                f"resumed session {h.session_id}{took} (generation {h.attachment_generation})"
+            )
+            self.view.set_state(connection=f"resumed (generation {h.attachment_generation})")
+            if self.artifacts is not None:
+                self.artifacts.note(h.recv_ns, "session.resumed", resume_ms=rec and rec.resume_ms)
+        elif isinstance(h, SessionClosed):
+            self.view.set_state(connection=f"closed ({h.reason})")
+        elif isinstance(h, SessionExpired):
+            self.error = ServerUnreachable(f"the server expired the session ({h.reason})")
+            self._request_stop("expired")
+        elif isinstance(h, SessionReplaced):
+            self.error = ServerUnreachable("another client took over this session")
+            self._request_stop("replaced")
+
+    def _state_for(self, rid: str, recv_ns: int | None = None) -> ResponseState:
+        st = self.responses.get(rid)
+        if st is None:
+            turn = TurnTimes(
+                index=len(self.turns) + 1,
+                end_mode={"ptt": "commit", "native": "model"}.get(self.mode, "server_vad"),
+                t_created=recv_ns,
+                response_id=rid,
+                t_commit=self._t_commit_ns if self.mode == "ptt" else None,
+            )
+            self.turns.append(turn)
+            st = self.responses[rid] = ResponseState(rid, turn)
+        return st
+
+    async def _on_audio(self, h: AudioDelta) -> None:
+        assert self.output is not None
+        if not h.pcm:
+            return
+        st = self._state_for(h.response_id)
+        turn = st.turn
+        if turn.t_eos is None and not st.got_audio:
+            turn.t_eos = self._claim_eos()
+        turn.deltas.append(Delta(h.recv_ns, h.audio_end_ms - h.audio_start_ms))
+        st.got_audio = True
+        if self.artifacts is not None:
+            self.artifacts.response_audio(h.response_id, h.pcm, h.sample_rate_hz)
+        if st.flushed:
+            return  # a late delta of an interrupted answer must not be heard
+        samples = pcm.pcm16_to_float(h.pcm)
+        if h.sample_rate_hz != self.output.rate:
+            if st.resampler is None or st.resampler.rate_in != h.sample_rate_hz:
+                st.resampler = StreamResampler(h.sample_rate_hz, self.output.rate)
+            samples = st.resampler.process(samples)
+        self.output.enqueue(h.response_id, samples)
+        if self.artifacts is not None:
+            st.heard_buf.append(samples)
+        self.view.set_state(state="assistant is speaking")
+
+    async def _on_done(self, h: ResponseDone) -> None:
+        assert self.output is not None
+        st = self._state_for(h.response_id)
+        turn = st.turn
+        turn.t_done = h.recv_ns
+        turn.status, turn.reason = h.status, h.reason
+        turn.first_text_recv = h.track.first_text_ns
+        self.output.end(h.response_id)
+        if self.artifacts is not None:
+            self.artifacts.response_finished(h.response_id, h.status or "unknown")
+        text = h.track.transcript or h.track.text
+        self.view.response_finished(h.response_id, h.status, text)
+        if h.status == "cancelled" and not st.flushed:
+            await self._interrupt("server")  # the first trusted stop signal
+        if st.flushed:
+            await self._maybe_truncate(h.response_id)
+        self._ack_wakeup.set()
+
+    def _on_started(self, rid: str, t0: float) -> None:
+        """The output started playing ``rid`` (P0): ack at once (protocol.md §6.5)."""
+        st = self.responses.get(rid)
+        if st is not None:
+            st.turn.p0 = _ns(t0)
+        self._ack_wakeup.set()
+
+    # -- acks and turn completion -----------------------------------------------------------
+
+    async def _ack_loop(self) -> None:
+        assert self.output is not None and self.conn is not None
+        interval = self.config.ack_interval_ms / 1000.0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._ack_wakeup.wait()
+            self._ack_wakeup.clear()
+            now = time.monotonic()
+            for st in list(self.responses.values()):
+                if st.finalized:
+                    continue
+                await self._progress(st, now)
+
+    async def _progress(self, st: ResponseState, now: float) -> None:
+        """Ack what has played, write it to the recording, finish the turn when over."""
+        assert self.output is not None and self.conn is not None
+        rid = st.rid
+        track = self.conn.session.responses.get(rid)
+        done = track is not None and track.done
+        if st.flushed:
+            over = True
+        elif not st.got_audio:
+            over = done
+        else:
+            if st.turn.p0 is None:
+                started = self.output.started_at(rid)
+                st.turn.p0 = _ns(started) if started is not None else None
+            end = self.output.end_time(rid)
+            played = self.output.played_ms(rid)
+            over = done and end is not None and end <= now
+            if over and track is not None:
+                played = max(played, track.audio_ms)  # it all played: the final exact ack
+            self._write_heard(st, played)
+            if st.turn.p0 is not None and (st.last_ack_ms is None or played > st.last_ack_ms):
+                await self._ack(rid, played)
+            if over:
+                st.turn.heard_ms = played
+                st.turn.playback_end = _ns(end) if end is not None else None
+        if over and done:
+            self._finalize(st)
+
+    def _finalize(self, st: ResponseState) -> None:
+        st.finalized = True
+        record = compute_turn(st.turn, {t.index: t for t in self.turns})
+        if st.barge is not None and st.barge.local_stop_ms is not None:
+            record.figures["local_stop_ms"] = Figure(st.barge.local_stop_ms, LOCAL_STOP_ORIGIN)
+        self.records.append(record)
+        self.view.turn(record)
+        if not any(not s.finalized for s in self.responses.values()):
+            self.view.set_state(state="listening")
+        self._write_report()
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def _write_heard(self, st: ResponseState, played_ms: float) -> None:
+        """Write the response's audio up to ``played_ms`` into conversation.wav at the time
+        the output played it (P0 + position; flushed audio never appears)."""
+        if self.artifacts is None or self.output is None or not st.heard_buf:
+            return
+        p0 = self.output.started_at(st.rid)
+        if p0 is None:
+            return
+        rate = self.output.rate
+        target = int(played_ms * rate / 1000.0)
+        need = target - st.written_frames
+        if need <= 0:
+            return
+        data = np.concatenate(st.heard_buf)
+        take = data[:need]
+        rest = data[need:]
+        st.heard_buf = [rest] if rest.size else []
+        if take.size:
+            at = p0 + st.written_frames / rate
+            self.artifacts.assistant_heard(take, rate, _ns(at))
+            st.written_frames += int(take.size)
+
+    def _finalize_unfinished(self) -> None:
+        """The run stopped mid-answer: keep those turns' figures with what was heard."""
+        if self.output is None:
+            return
+        now = time.monotonic()
+        for st in self.responses.values():
+            if st.finalized:
+                continue
+            if st.got_audio and not st.flushed:
+                st.turn.heard_ms = self.output.played_ms(st.rid)
+                end = self.output.end_time(st.rid)
+                st.turn.playback_end = _ns(min(end, now)) if end is not None else None
+            if st.turn.t_done is None and st.turn.error is None:
+                st.turn.error = f"run stopped ({self.stop_reason}) before response.done"
+            self._finalize(st)
+
+    def _flush_heard_all(self) -> None:
+        if self.output is None:
+            return
+        for st in self.responses.values():
+            if not st.flushed and st.got_audio:
+                self._write_heard(st, self.output.played_ms(st.rid))
+
+    def _open_record(self, out_dir: Path, settings: SessionSettings) -> None:
+        from duplexctl.audio.writers import WavWriter
+        from duplexctl.report.artifacts import RunArtifacts
+
+        self.artifacts = RunArtifacts(
+            out_dir,
+            origin_ns=time.monotonic_ns(),
+            user_rate=settings.input_rate,
+            conversation_rate=settings.output_rate,
+        )
+        self.user_wav = WavWriter(Path(out_dir) / "user.wav", settings.input_rate)
+        self.view.info(f"recording to {out_dir}/ (conversation.wav, user.wav, events.jsonl)")
+
+    def _report(self) -> dict[str, Any]:
+        from duplexctl.report.artifacts import redact
+
+        conn = self.conn
+        settings = self.settings
+        return {
+            "command": "talk",
+            "duplexctl_version": __version__,
+            "url": conn.url if conn else self.config.url,
+            "session_id": conn.session.session_id if conn else None,
+            "turn_mode": self.mode,
+            "barge_in": self.config.barge_in,
+            "input": self.input.description if self.input else None,
+            "output": self.output.description if self.output else None,
+            "settings": redact(settings.to_session_object(), audio_keys=False)
+            if settings
+            else None,
+            "capabilities": self.caps,
+            "turns": [r.to_json() for r in self.records],
+            "barge_ins": [b.to_json() for b in self.barge_ins],
+            "resumes": [
+                {
+                    "outcome": r.outcome,
+                    "resume_ms": r.resume_ms,
+                    "reconnect_ms": r.reconnect_ms,
+                    "resume_handshake_ms": r.resume_handshake_ms,
+                    "attempts": r.attempts,
+                }
+                for r in (conn.timings.resumes if conn else [])
+            ],
+            "close_ms": conn.timings.close_ms if conn else None,
+            "stop_reason": self.stop_reason,
+            "interrupted": self.interrupted,
+            "measurement_origins": {"local_stop_ms": LOCAL_STOP_ORIGIN},
+        }
+
+    def _write_report(self) -> None:
+        if self.artifacts is not None:
+            with contextlib.suppress(OSError):
+                self.artifacts.write_report(self._report())
+
+    def _close_record(self) -> None:
+        if self.artifacts is None:
+            return
+        self._write_report()
+        self.artifacts.close()
+        if self.user_wav is not None:
+            self.user_wav.close()
+
+
+async def run_talk(config: TalkConfig, view: View | None = None) -> TalkResult:
+    """Run one live conversation until ``--duration``, ``q``, Ctrl-C or the server ends it."""
+    return await TalkSession(config, view).run()
+
+
+def list_device_lines() -> list[str]:
+    """``talk --list-devices``: one line per PortAudio device (MissingDependency without)."""
+    from duplexctl.audio.devices import list_devices
+
+    devices = list_devices()
+    if not devices:
+        return ["no audio devices found (is a sound server running?)"]
+    return ["  < default input, > default output", *(d.describe() for d in devices)]
