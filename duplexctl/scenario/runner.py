@@ -336,6 +336,10 @@ class Replay:
             self._closing = True
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self.conn.close(timeout=CLOSE_TIMEOUT_S))
+            t_close = self.conn.timings.t_close_sent_ns
+            if self.artifacts is not None and t_close is not None:  # sent by the connection
+                close_event = {"type": "session.close", "reason": "client_close"}
+                self.artifacts.event("send", t_close, close_event)
             self._flush_heard(final=True)
             self._status = "interrupted" if self._interrupted else "finished"
         result = self._result()
