@@ -387,6 +387,98 @@ def talk(
         raise KeyboardInterrupt
 
 
+@app.command()
+@reports_errors
+def probe(
+    url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DUPLEXCTL_URL",
+            help="Server to probe, e.g. ws://host:8000/v1/realtime?duplex=1 "
+            "(default: the reference server, in-process).",
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="DUPLEXCTL_API_KEY", help="Bearer token (never printed)."),
+    ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Run only this probe (repeatable; see --list)."),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of lines.")
+    ] = False,
+    max_sessions: Annotated[
+        int | None,
+        typer.Option(
+            help="The server's admission limit (else learned from a rejection); "
+            "sets the embedded server's limit when no --url."
+        ),
+    ] = None,
+    disconnect_grace_s: Annotated[
+        float | None,
+        typer.Option(
+            help="The server's disconnect grace (enables resume-after-grace when <= 20); "
+            "sets the embedded server's grace when no --url."
+        ),
+    ] = None,
+    budget_s: Annotated[
+        float, typer.Option(help="Time budget: probes that no longer fit are skipped.")
+    ] = 120.0,
+    list_probes: Annotated[
+        bool, typer.Option("--list", help="List the probes and what each catches.")
+    ] = False,
+) -> None:
+    """Probe a server for lifecycle bugs; one verdict per probe, exit 1 if any fails."""
+    import asyncio
+    import json
+
+    from duplexctl.errors import BadInput, CheckFailed
+    from duplexctl.probe import ProbeConfig, all_probes, probe_target, select
+    from duplexctl.probe.render import result_lines, summary_line
+
+    if list_probes:
+        for p in all_probes():
+            print(f"{p.name:<20} {p.catches}")
+        return
+    try:
+        select(only)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if max_sessions is not None and max_sessions < 1:
+        raise BadInput("--max-sessions must be at least 1")
+    if disconnect_grace_s is not None and disconnect_grace_s < 0:
+        raise BadInput("--disconnect-grace-s must not be negative")
+    config = ProbeConfig(
+        url=url,
+        api_key=api_key,
+        only=only,
+        max_sessions=max_sessions,
+        disconnect_grace_s=disconnect_grace_s,
+        budget_s=budget_s,
+    )
+
+    def embedded(server_url: str) -> None:
+        print(
+            f"duplexctl: no --url: probing the reference server started in-process at {server_url}",
+            file=sys.stderr if json_out else sys.stdout,
+        )
+
+    def live(result: Any) -> None:
+        if not json_out:
+            print("\n".join(result_lines(result)), flush=True)
+
+    report = asyncio.run(probe_target(config, on_result=live, on_embedded=embedded))
+    if json_out:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(summary_line(report))
+    if not report.ok:
+        names = ", ".join(r.name for r in report.failed)
+        raise CheckFailed(f"probe failed: {names}")
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -1,0 +1,166 @@
+"""Run probes against one server within a time budget.
+
+Bounded by construction: each probe declares how long it takes against a healthy server
+(``expected_s``, checked against the remaining budget before it starts — a probe that no
+longer fits is skipped and says so) and a hard bound (``max_s``) after which it is stopped
+and fails, so a server that never answers cannot hang the run. Every probe's sessions are
+closed afterwards whatever happened, so one probe's leftovers do not eat the admission slots
+the next one measures.
+
+Before the first probe one session is opened to learn the server's capabilities (and to
+fail fast, exit 3, when the server cannot be reached or refuses every session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from duplexctl.errors import ServerUnreachable
+from duplexctl.probe.context import Facts, ProbeContext, probe_settings
+from duplexctl.probe.model import ProbeFailed, ProbeReport, ProbeResult, ProbeSkipped, Verdict
+from duplexctl.probe.registry import Probe, select
+
+DEFAULT_BUDGET_S = 120.0
+_CLEANUP_S = 20.0
+
+
+@dataclass(slots=True)
+class ProbeConfig:
+    """What ``duplexctl probe`` was asked to do."""
+
+    url: str | None = None
+    api_key: str | None = None
+    only: list[str] | None = None
+    max_sessions: int | None = None  # the server's admission limit, when the user knows it
+    disconnect_grace_s: float | None = None  # the server's disconnect grace, likewise
+    budget_s: float = DEFAULT_BUDGET_S
+
+
+OnResult = Callable[[ProbeResult], None]
+
+
+async def _learn_capabilities(url: str, facts: Facts, api_key: str | None) -> None:
+    from duplexctl.client.connection import ConnectionOptions, DuplexConnection
+
+    conn = await DuplexConnection.open(
+        url,
+        probe_settings(),
+        api_key=api_key,
+        timeout=15.0,
+        options=ConnectionOptions(heartbeat_s=None, auto_resume=False, close_timeout_s=5.0),
+    )
+    facts.capabilities = dict(conn.session.capabilities)
+    await conn.close()
+
+
+async def run_one(
+    probe: Probe, url: str, facts: Facts, *, api_key: str | None, remaining_s: float
+) -> ProbeResult:
+    """One probe with its hard bound; the verdict, never an exception (but exit-3 errors)."""
+    t0 = time.monotonic()
+    if remaining_s < probe.expected_s:
+        return ProbeResult(
+            probe.name,
+            Verdict.SKIPPED,
+            0.0,
+            f"time budget: needs about {probe.expected_s:g} s, {max(0.0, remaining_s):.0f} s "
+            "left (raise --budget-s or use --only)",
+            catches=probe.catches,
+        )
+    ctx = ProbeContext(url, facts, api_key=api_key, deadline=t0 + probe.max_s)
+    verdict, summary = Verdict.PASS, ""
+    try:
+        async with asyncio.timeout(probe.max_s):
+            summary = await probe.fn(ctx)
+    except ProbeFailed as exc:
+        verdict, summary = Verdict.FAIL, exc.summary
+    except ProbeSkipped as exc:
+        verdict, summary = Verdict.SKIPPED, exc.reason
+    except TimeoutError:
+        verdict, summary = Verdict.FAIL, f"did not finish within its bound of {probe.max_s:g} s"
+    except ServerUnreachable as exc:
+        verdict, summary = Verdict.FAIL, f"server unreachable: {exc}"
+    except Exception as exc:  # a probe bug must not hide the other probes' verdicts
+        verdict, summary = Verdict.FAIL, f"probe error ({type(exc).__name__}): {exc}"
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ctx.cleanup(), _CLEANUP_S)
+    if verdict is Verdict.FAIL:
+        ctx.note(f"verdict: {summary}")
+    return ProbeResult(
+        probe.name,
+        verdict,
+        (time.monotonic() - t0) * 1000,
+        summary,
+        catches=probe.catches,
+        findings=list(ctx.findings),
+        evidence=ctx.trace.evidence() if verdict is Verdict.FAIL else [],
+    )
+
+
+async def run_probes(
+    url: str,
+    config: ProbeConfig,
+    facts: Facts,
+    *,
+    on_result: OnResult | None = None,
+) -> ProbeReport:
+    """Every selected probe against ``url``, in order, within ``config.budget_s``."""
+    probes = select(config.only)
+    t0 = time.monotonic()
+    await _learn_capabilities(url, facts, config.api_key)
+    results: list[ProbeResult] = []
+    for p in probes:
+        remaining = config.budget_s - (time.monotonic() - t0)
+        result = await run_one(p, url, facts, api_key=config.api_key, remaining_s=remaining)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return ProbeReport(
+        url=url,
+        embedded=facts.embedded,
+        results=results,
+        duration_ms=(time.monotonic() - t0) * 1000,
+        budget_s=config.budget_s,
+    )
+
+
+def _facts(config: ProbeConfig) -> Facts:
+    facts = Facts()
+    if config.max_sessions is not None:
+        facts.limit, facts.limit_source = config.max_sessions, "option"
+    if config.disconnect_grace_s is not None:
+        facts.disconnect_grace_s, facts.grace_source = config.disconnect_grace_s, "option"
+    return facts
+
+
+async def probe_target(
+    config: ProbeConfig,
+    *,
+    on_result: OnResult | None = None,
+    on_embedded: Callable[[str], None] | None = None,
+) -> ProbeReport:
+    """Probe ``config.url``, or — without one — the reference server started in-process
+    (with ``--max-sessions`` / ``--disconnect-grace-s`` applied to it when given)."""
+    facts = _facts(config)
+    if config.url:
+        return await run_probes(config.url, config, facts, on_result=on_result)
+    from duplexctl.server.config import ServerConfig
+    from duplexctl.server.embedded import embedded_server
+
+    server_config = ServerConfig()
+    if config.max_sessions is not None:
+        server_config.max_sessions = config.max_sessions
+    if config.disconnect_grace_s is not None:
+        server_config.disconnect_grace_s = config.disconnect_grace_s
+    facts.embedded = True
+    facts.limit, facts.limit_source = server_config.max_sessions, "embedded"
+    facts.disconnect_grace_s, facts.grace_source = server_config.disconnect_grace_s, "embedded"
+    async with embedded_server(server_config) as url:
+        if on_embedded is not None:
+            on_embedded(url)
+        return await run_probes(url, config, facts, on_result=on_result)
