@@ -1,0 +1,239 @@
+"""What one ``duplexctl load`` run is asked to do, validated before any socket opens.
+
+:class:`LoadConfig` is a plain, picklable dataclass: the CLI builds it, worker processes
+receive their share of it (:meth:`LoadConfig.share`), and ``report.json`` echoes it in full
+(:meth:`LoadConfig.echo`), so a run can be reproduced from its report. Every check that can
+fail on user input happens in :meth:`LoadConfig.validate` and raises ``BadInput`` with one
+line, before a ten-minute run starts.
+
+Behaviour mix (``--mix barge_in=0.2,cancel=0.1,drop_resume=0.05``): per *turn*, with those
+probabilities, the answer is interrupted by speech (barge-in), cancelled with
+``response.cancel``, or the socket is dropped during it and the session resumed; the rest of
+the turns are plain. Draws come from a per-session generator seeded from the run's seed, so
+the same seed gives the same behaviour sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from duplexctl.errors import BadInput
+
+MIX_KINDS: Final = ("barge_in", "cancel", "drop_resume")
+DEFAULT_RESPONSE_TIMEOUT_S: Final = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    """Per-turn probabilities of each scripted interruption (the rest: plain turns)."""
+
+    barge_in: float = 0.0
+    cancel: float = 0.0
+    drop_resume: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str | None) -> Mix:
+        """``"barge_in=0.2,cancel=0.1"`` → Mix; ``BadInput`` naming the problem."""
+        if text is None or not text.strip():
+            return cls()
+        values: dict[str, float] = {}
+        for item in text.split(","):
+            name, sep, raw = item.strip().partition("=")
+            name = name.strip()
+            if not sep:
+                raise BadInput(f"--mix {text!r}: {item.strip()!r} is not name=probability")
+            if name not in MIX_KINDS:
+                raise BadInput(f"--mix: unknown behaviour {name!r} (known: {', '.join(MIX_KINDS)})")
+            try:
+                p = float(raw)
+            except ValueError:
+                raise BadInput(f"--mix: {name}={raw.strip()!r} is not a number") from None
+            if not (0.0 <= p <= 1.0) or not math.isfinite(p):
+                raise BadInput(f"--mix: {name}={p:g} is not a probability (0..1)")
+            values[name] = p
+        mix = cls(**values)
+        if mix.total > 1.0 + 1e-9:
+            raise BadInput(f"--mix: probabilities add up to {mix.total:g} > 1")
+        return mix
+
+    @property
+    def total(self) -> float:
+        return self.barge_in + self.cancel + self.drop_resume
+
+    def pick(self, u: float) -> str | None:
+        """The behaviour for a uniform draw ``u`` in [0, 1): a MIX_KINDS name or None."""
+        edge = 0.0
+        for name in MIX_KINDS:
+            edge += getattr(self, name)
+            if u < edge:
+                return name
+        return None
+
+    def __str__(self) -> str:
+        parts = [f"{n}={getattr(self, n):g}" for n in MIX_KINDS if getattr(self, n) > 0]
+        return ",".join(parts) or "none"
+
+
+@dataclass(slots=True)
+class LoadConfig:
+    """One load run. Times in seconds unless the name says otherwise.
+
+    Exactly one of ``sessions`` (closed loop) and ``rate`` (open loop) is set; the capacity
+    search sets ``sessions`` (or ``rate``) per step itself.
+    """
+
+    url: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never echoed, never written
+    # what sessions say
+    inputs: list[str] = field(default_factory=list)  # WAVs or one scenario; [] = bundled
+    mix: Mix = field(default_factory=Mix)
+    # session settings (None = scenario's, else built-in default)
+    model: str | None = None
+    voice: str | None = None
+    ref_audio: str | None = None
+    instructions: str | None = None
+    turn_detection: str | None = None
+    auto_response: bool | None = None
+    session_file: str | None = None
+    chunk_ms: int = 100
+    prebuffer_ms: float = 0.0
+    response_timeout_s: float = DEFAULT_RESPONSE_TIMEOUT_S
+    # offered load
+    sessions: int | None = None
+    rate: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    seed: int | None = None
+    max_concurrency: int | None = None
+    ramp: str | None = None
+    duration_s: float | None = None
+    count: int | None = None
+    warmup_s: float = 0.0
+    slice_s: float = 10.0
+    open_timeout_s: float = 30.0
+    close_timeout_s: float = 10.0
+    # capacity search
+    find_capacity: bool = False
+    step_duration_s: float = 20.0
+    max_level: int = 256
+    capacity_start: int = 1
+    measure_slot_release: bool = False
+    # judging and output
+    slos: list[str] = field(default_factory=list)
+    workers: int = 1
+    out: str | None = None
+    json_output: bool = False
+    live: bool | None = None  # None: rich dashboard when stdout is a TTY
+    status_interval_s: float = 1.0
+    uvloop: bool = True
+    # the embedded server when no --url (ServerConfig fields), echoed in the report
+    server_overrides: dict[str, Any] = field(default_factory=dict)
+
+    # -- checks --------------------------------------------------------------------------
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.rate is None
+
+    def validate(self) -> LoadConfig:
+        """Raise ``BadInput`` (one line) for anything a run could not do."""
+        if self.find_capacity:
+            if self.count is not None:
+                raise BadInput("--find-capacity runs timed steps: drop --count")
+        elif self.sessions is None and self.rate is None:
+            raise BadInput("give --sessions N (closed loop) or --rate R (open loop)")
+        if self.sessions is not None and self.rate is not None:
+            raise BadInput("--sessions (closed loop) and --rate (open loop) exclude each other")
+        if self.sessions is not None and self.sessions < 1:
+            raise BadInput("--sessions must be at least 1")
+        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
+            raise BadInput("--rate must be > 0 sessions/s")
+        if (
+            not self.find_capacity
+            and self.duration_s is None
+            and self.count is None
+            and self.ramp is None
+        ):
+            raise BadInput("give --duration or --count so the run ends by itself")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise BadInput("--duration must be > 0")
+        if self.count is not None and self.count < 1:
+            raise BadInput("--count must be at least 1")
+        if self.warmup_s < 0:
+            raise BadInput("--warmup must be >= 0")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise BadInput("--max-concurrency must be at least 1")
+        if self.workers < 1:
+            raise BadInput("--workers must be at least 1")
+        if self.arrival not in ("constant", "poisson", "gamma"):
+            raise BadInput(f"--arrival must be constant, poisson or gamma, not {self.arrival!r}")
+        if self.arrival != "gamma" and self.burstiness != 1.0:
+            raise BadInput("--burstiness applies to --arrival gamma only")
+        if self.chunk_ms <= 0 or (16000 * self.chunk_ms) % 1000:
+            raise BadInput(f"--chunk-ms {self.chunk_ms} is not a whole number of samples")
+        if self.turn_detection not in (None, "server_vad", "none"):
+            raise BadInput("--turn-detection must be server_vad or none")
+        if self.step_duration_s <= 0:
+            raise BadInput("--step-duration must be > 0")
+        if self.url is not None and not self.url.startswith(("ws://", "wss://")):
+            raise BadInput(f"--url must be a ws:// or wss:// URL, not {self.url!r}")
+        for path in self.inputs:
+            if not Path(path).exists():
+                raise BadInput(f"{path}: no such file")
+        if self.ramp is not None:
+            from duplexctl.load.arrivals import Ramp
+
+            try:
+                Ramp.parse(self.ramp)
+            except ValueError as exc:
+                raise BadInput(str(exc)) from None
+        if self.slos:
+            from duplexctl.report.slo import parse_slos
+
+            try:
+                parse_slos(self.slos)
+            except ValueError as exc:
+                raise BadInput(str(exc)) from None
+        return self
+
+    # -- views ---------------------------------------------------------------------------
+
+    def echo(self) -> dict[str, Any]:
+        """The full configuration for report.json (the API key left out)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "api_key":
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = str(value) if isinstance(value, Mix) else value
+        out["api_key_given"] = self.api_key is not None
+        return out
+
+    def share(self, index: int, workers: int) -> LoadConfig:
+        """Worker ``index``'s part of the offered load (sessions, rate, count, concurrency
+        split as evenly as integers allow; each worker its own seed stream)."""
+
+        def split(total: int) -> int:
+            return total // workers + (1 if index < total % workers else 0)
+
+        part = dataclasses.replace(self, workers=1)
+        if self.sessions is not None:
+            part.sessions = split(self.sessions)
+        if self.rate is not None:
+            part.rate = self.rate / workers
+        if self.count is not None:
+            part.count = split(self.count)
+        if self.max_concurrency is not None:
+            part.max_concurrency = max(1, split(self.max_concurrency))
+        if self.ramp is not None:
+            from duplexctl.load.arrivals import Ramp
+
+            ramp = Ramp.parse(self.ramp)
+            part.ramp = ",".join(f"{t:g}s:{target / workers:g}" for t, target in ramp.points)
+        if self.seed is not None:
+            part.seed = self.seed + 1_000_003 * index
+        return part

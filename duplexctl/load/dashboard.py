@@ -1,0 +1,157 @@
+"""What ``duplexctl load`` shows while it runs (oha / k6 style).
+
+On a terminal: a rich Live panel refreshed about once a second — sessions active / admitted /
+rejected, turns per second, rolling ttfa p50/p95/p99 over the last 10 s, send-lag p99 (the
+client's own validity) and errors by code. Not on a terminal (CI logs, pipes): one plain
+line every few seconds with the same numbers. With ``--json`` nothing is printed while the
+run goes, so stdout holds exactly one JSON document.
+
+Snapshots come from each process's :meth:`Recorder.live`; :func:`combine` adds workers'
+snapshots (live percentiles are computed over the union of their recent values).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, TextIO
+
+from duplexctl.load.recorder import live_percentiles
+from duplexctl.report.summary import format_value
+
+PLAIN_EVERY_S = 5.0
+
+
+def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "active": 0,
+        "admitted_now": 0,
+        "attempts": 0,
+        "admitted": 0,
+        "rejected": 0,
+        "failed": 0,
+        "turns": 0,
+        "errors": {},
+        "ttfa_window": [],
+        "send_lag_window": [],
+    }
+    for snap in snapshots:
+        for key in (
+            "active",
+            "admitted_now",
+            "attempts",
+            "admitted",
+            "rejected",
+            "failed",
+            "turns",
+        ):
+            out[key] += snap.get(key, 0)
+        for code, n in snap.get("errors", {}).items():
+            out["errors"][code] = out["errors"].get(code, 0) + n
+        out["ttfa_window"].extend(snap.get("ttfa_window", []))
+        out["send_lag_window"].extend(snap.get("send_lag_window", []))
+    return out
+
+
+class Dashboard:
+    """Live view; ``mode`` is ``rich``, ``plain`` or ``off``."""
+
+    def __init__(self, mode: str, *, title: str, stream: TextIO | None = None) -> None:
+        self.mode = mode
+        self.title = title
+        self.stream = stream or sys.stdout
+        self._live: Any = None
+        self._t0 = time.monotonic()
+        self._last_plain = 0.0
+        self._last_turns = 0
+        self._last_t = self._t0
+
+    @staticmethod
+    def choose(*, json_output: bool, live: bool | None) -> str:
+        if json_output:
+            return "off"
+        if live is None:
+            return "rich" if sys.stdout.isatty() else "plain"
+        return "rich" if live else "plain"
+
+    def start(self) -> None:
+        if self.mode == "rich":
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(
+                self._render({}), console=Console(file=self.stream), refresh_per_second=2
+            )
+            self._live.start()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def line(self, snap: Mapping[str, Any]) -> str:
+        elapsed = time.monotonic() - self._t0
+        p50, p95, p99 = live_percentiles(snap.get("ttfa_window", []))
+        (lag99,) = live_percentiles(snap.get("send_lag_window", []), (99,))
+        now = time.monotonic()
+        turns = snap.get("turns", 0)
+        rate = (turns - self._last_turns) / max(now - self._last_t, 1e-9)
+        self._last_turns, self._last_t = turns, now
+        errors = ", ".join(f"{k} {n}" for k, n in sorted(snap.get("errors", {}).items()))
+        return (
+            f"[{elapsed:6.1f}s] active {snap.get('active', 0)} (admitted {snap.get('admitted_now', 0)}) · "
+            f"attempts {snap.get('attempts', 0)} admitted {snap.get('admitted', 0)} "
+            f"rejected {snap.get('rejected', 0)} failed {snap.get('failed', 0)} · "
+            f"turns {turns} ({rate:.1f}/s) · ttfa p50 {format_value(p50)} p95 "
+            f"{format_value(p95)} p99 {format_value(p99)} ms · send lag p99 "
+            f"{format_value(lag99)} ms" + (f" · errors: {errors}" if errors else "")
+        )
+
+    def update(self, snap: Mapping[str, Any]) -> None:
+        if self.mode == "off":
+            return
+        if self.mode == "plain":
+            now = time.monotonic()
+            if now - self._last_plain >= PLAIN_EVERY_S:
+                self._last_plain = now
+                print(self.line(snap), file=self.stream, flush=True)
+            return
+        if self._live is not None:
+            self._live.update(self._render(snap))
+
+    def _render(self, snap: Mapping[str, Any]) -> Any:
+        from rich.table import Table
+
+        table = Table(title=self.title, show_header=False, expand=False)
+        table.add_column("what", style="bold")
+        table.add_column("value")
+        if not snap:
+            table.add_row("starting", "…")
+            return table
+        p50, p95, p99 = live_percentiles(snap.get("ttfa_window", []))
+        (lag99,) = live_percentiles(snap.get("send_lag_window", []), (99,))
+        now = time.monotonic()
+        turns = snap.get("turns", 0)
+        rate = (turns - self._last_turns) / max(now - self._last_t, 1e-9)
+        self._last_turns, self._last_t = turns, now
+        table.add_row("elapsed", f"{now - self._t0:.1f} s")
+        table.add_row(
+            "sessions",
+            f"active {snap.get('active', 0)} · admitted now {snap.get('admitted_now', 0)} · "
+            f"attempts {snap.get('attempts', 0)}",
+        )
+        table.add_row(
+            "admission",
+            f"admitted {snap.get('admitted', 0)} · rejected {snap.get('rejected', 0)} · "
+            f"failed {snap.get('failed', 0)}",
+        )
+        table.add_row("turns", f"{turns} · {rate:.1f}/s")
+        table.add_row(
+            "ttfa (10 s)",
+            f"p50 {format_value(p50)} · p95 {format_value(p95)} · p99 {format_value(p99)} ms",
+        )
+        table.add_row("send lag p99 (10 s)", f"{format_value(lag99)} ms")
+        errors = snap.get("errors", {})
+        table.add_row("errors", ", ".join(f"{k} {n}" for k, n in sorted(errors.items())) or "none")
+        return table

@@ -1,0 +1,71 @@
+"""The load generator watching itself (metrics.md "Load-generator validity").
+
+A load test whose client fell behind measures the client, not the server. So every run
+samples its own event loop: a task asks to wake every 100 ms and records how late it woke
+(``loop_lag_ms``; a loop busy decoding frames or blocked by a slow call shows up here before
+it shows up as send lag), and the process's CPU time over the run gives ``client_cpu_percent``
+(100 = one core). Both go into the report next to the send lag; a run whose send lag p99
+exceeds one chunk is flagged ``invalid_pacing`` by the report, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Final
+
+LOOP_LAG_PERIOD_S: Final = 0.1
+
+
+class LoopLagMonitor:
+    """Samples event-loop lag every ``period_s`` until stopped; calls ``record(t, lag_ms)``."""
+
+    def __init__(
+        self, record: Callable[[float, float], None], period_s: float = LOOP_LAG_PERIOD_S
+    ) -> None:
+        self.record = record
+        self.period_s = period_s
+        self.max_ms = 0.0
+        self.samples = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="loop-lag")
+
+    async def _run(self) -> None:
+        due = time.monotonic() + self.period_s
+        while True:
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            now = time.monotonic()
+            lag_ms = max(0.0, (now - due) * 1000.0)
+            self.max_ms = max(self.max_ms, lag_ms)
+            self.samples += 1
+            self.record(now, lag_ms)
+            due += self.period_s
+            if due < now:  # fell more than a period behind: re-anchor, do not burst
+                due = now + self.period_s
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+class CpuMeter:
+    """Process CPU time (user + system, all threads) over wall time since ``start``."""
+
+    def __init__(self) -> None:
+        self.cpu0 = time.process_time()
+        self.wall0 = time.monotonic()
+
+    def percent(self) -> float:
+        wall = time.monotonic() - self.wall0
+        return 100.0 * (time.process_time() - self.cpu0) / wall if wall > 0 else 0.0
+
+    def seconds(self) -> tuple[float, float]:
+        """(cpu seconds, wall seconds) since start."""
+        return time.process_time() - self.cpu0, time.monotonic() - self.wall0

@@ -1,0 +1,278 @@
+"""The load run's recorder: every session and turn goes in once, figures come out exactly.
+
+One :class:`Recorder` per process. It keeps
+
+* **histograms** (HDR, :mod:`duplexctl.report.histogram`) per time slice and per phase
+  window (:class:`~duplexctl.load.slices.TimeSlicer`): the headline figures are everything
+  after warm-up, and a worker's recorder merges into the parent's bucket for bucket;
+* **counts**: admission outcomes by kind and code, advertised limits, turn outcomes,
+  errors by code, invariant violations, interruptions and resumes;
+* **session intervals** ``[t_created, t_closed)`` for the exact ``observed_capacity`` sweep;
+* **raw records** written as they happen to ``turns.jsonl`` / ``sessions.jsonl`` (line
+  buffered, so Ctrl-C or a crash keeps every finished turn);
+* a small **live window** (last seconds of ttfa and send lag) for the dashboard.
+
+Turn figures come from :func:`duplexctl.report.turns.compute_turn` unchanged; the recorder
+only decides which go into histograms: per-turn counters (``underruns``, ``seq_gaps`` …) are
+summed instead, ``chunk_gap_ms`` records every gap (not the per-turn summary), and the
+vLLM-Omni ``rtf`` is stored as ``rtf_omni``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any, Final
+
+import numpy as np
+
+from duplexctl.load.capacity import observed_capacity
+from duplexctl.load.session import SessionRecord, Sink
+from duplexctl.load.slices import TimeSlicer, Windows
+from duplexctl.report.histogram import HistogramSet
+from duplexctl.report.turns import NS_PER_MS, TurnRecord, TurnTimes
+
+NS: Final = 1_000_000_000
+#: Per-turn counts: summed over the run, not put into histograms.
+SUMMED: Final = frozenset(
+    {"underruns", "replayed_events", "duplicates_dropped", "seq_gaps", "heard_ms", "audio_ms"}
+)
+RENAMED: Final = {"rtf_vllm_omni": "rtf_omni"}
+LIVE_WINDOW_S: Final = 10.0
+
+
+def _cap(text: str | None) -> str:
+    return text or "-"
+
+
+class Recorder(Sink):
+    """Aggregates one process's sessions and turns (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        origin: float,
+        slice_s: float = 10.0,
+        windows: Windows | None = None,
+        worker: int = 0,
+        out_dir: Path | None = None,
+    ) -> None:
+        self.origin = origin
+        self.worker = worker
+        self.slicer = TimeSlicer(slice_s, origin=origin, windows=windows)
+        self.admissions: Counter[str] = Counter()
+        self.codes: Counter[str] = Counter()  # "<admission>:<code>"
+        self.advertised_limits: Counter[int] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.violations: Counter[str] = Counter()
+        self.behaviours: Counter[str] = Counter()
+        self.resume_outcomes: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+        self.intervals: list[tuple[float, float | None]] = []
+        self.active = 0
+        self.admitted_live = 0
+        self.capabilities: dict[str, Any] = {}
+        self._live_ttfa: deque[tuple[float, float]] = deque()
+        self._live_lag: deque[tuple[float, float]] = deque()
+        self._turns_file: IO[str] | None = None
+        self._sessions_file: IO[str] | None = None
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            suffix = "" if worker == 0 else f".w{worker}"
+            self._turns_file = open(out_dir / f"turns{suffix}.jsonl", "a", buffering=1)  # noqa: SIM115
+            self._sessions_file = open(out_dir / f"sessions{suffix}.jsonl", "a", buffering=1)  # noqa: SIM115
+
+    # -- the Sink interface (called by sessions) --------------------------------------------
+
+    def _clip(self, t: float) -> float:
+        return max(t, self.origin)
+
+    def session_started(self, record: SessionRecord) -> None:
+        self.active += 1
+        if record.client_queue_ms is not None:
+            self.slicer.add_figure(
+                self._clip(record.t_start), "client_queue_ms", record.client_queue_ms
+            )
+
+    def session_admitted(self, record: SessionRecord, capabilities: dict[str, Any]) -> None:
+        self.admitted_live += 1
+        if not self.capabilities:
+            self.capabilities = dict(capabilities)
+
+    def session_finished(self, record: SessionRecord) -> None:
+        self.active -= 1
+        t = self._clip(record.t_start)
+        self.admissions[record.admission] += 1
+        self.slicer.add_admission(t, record.admission)
+        if record.admission != "admitted":
+            self.codes[f"{record.admission}:{_cap(record.code)}"] += 1
+        if record.advertised_limit is not None:
+            self.advertised_limits[record.advertised_limit] += 1
+        self.slicer.add_figure(t, "connect_ms", record.connect_ms)
+        self.slicer.add_figure(t, "handshake_ms", record.handshake_ms)
+        self.slicer.add_figure(t, "time_to_reject_ms", record.time_to_reject_ms)
+        if record.admission == "admitted":
+            self.admitted_live -= 1
+            self.slicer.add_figure(self._clip(record.t_end or t), "close_ms", record.close_ms)
+            self.intervals.append((record.t_created or record.t_start, record.t_closed))
+            self.counts["sessions_admitted"] += 1
+            self.counts["closed_cleanly"] += int(record.closed_cleanly)
+            self.counts["turns_cut"] += record.turns_cut
+            self.counts["appends"] += record.appends
+            self.counts["skipped_appends"] += record.skipped_appends
+            self.counts["unanswered_interruptions"] += record.unanswered_interruptions
+        self.errors.update(record.errors)
+        if record.errors:
+            self.slicer.add_error(self._clip(record.t_end or t), sum(record.errors.values()))
+        self.violations.update(record.violations)
+        self.behaviours.update(record.behaviours)
+        if self._sessions_file is not None:
+            self._sessions_file.write(json.dumps(record.to_json(self.origin)) + "\n")
+
+    def send_lag(self, t: float, lag_ms: float) -> None:
+        self.slicer.add_figure(self._clip(t), "send_lag_ms", lag_ms)
+        self._live_lag.append((t, lag_ms))
+
+    def audio(self, t: float, audio_ms: float) -> None:
+        self.slicer.add_audio(self._clip(t), audio_ms / 1000.0)
+
+    def turn(self, record: TurnRecord, times: TurnTimes, session: SessionRecord) -> None:
+        t_ns = times.t_eos or times.t_speech_start or time.monotonic_ns()
+        t = self._clip(t_ns / NS)
+        figures: dict[str, float | None] = {}
+        for name, fig in record.figures.items():
+            if name in SUMMED or name == "chunk_gap_ms":
+                continue
+            if isinstance(fig.value, int | float) and not isinstance(fig.value, bool):
+                figures[RENAMED.get(name, name)] = float(fig.value)
+        if times.index == 1 and session.client_queue_ms is not None:
+            for name in ("ttfa_ms", "turn_ms"):
+                if figures.get(name) is not None:
+                    figures[name.removesuffix("_ms") + "_with_queue_ms"] = (
+                        figures[name] + session.client_queue_ms  # type: ignore[operator]
+                    )
+        self.slicer.add_turn(t, figures, record.outcome)
+        for a, b in zip(times.deltas, times.deltas[1:], strict=False):
+            self.slicer.add_figure(t, "chunk_gap_ms", (b.recv_ns - a.recv_ns) / NS_PER_MS)
+        self.outcomes[record.outcome] += 1
+        self.counts["turns"] += 1
+        self.counts["early_start"] += int(record.early_start)
+        for name in ("underruns", "seq_gaps", "duplicates_dropped", "replayed_events"):
+            value = record.figures.get(name)
+            if value is not None:
+                self.counts[name] += int(value.value)
+        if times.barge is not None:
+            self.counts["interruptions"] += 1
+            self.counts["interruptions_cancelled"] += int(times.status == "cancelled")
+        for r in times.resumes:
+            self.resume_outcomes[r.outcome] += 1
+        if record.figures.get("ttfa_ms") is not None:
+            self._live_ttfa.append((t, float(record.figures["ttfa_ms"].value)))
+        if self._turns_file is not None:
+            line = record.to_json()
+            line.update(
+                worker=self.worker,
+                session=session.index,
+                session_id=session.session_id,
+                t=round(t - self.origin, 6),
+                phase=self.slicer.phase_of(t),
+            )
+            self._turns_file.write(json.dumps(line) + "\n")
+
+    # -- extra samples -----------------------------------------------------------------------
+
+    def loop_lag(self, t: float, lag_ms: float) -> None:
+        self.slicer.add_figure(self._clip(t), "loop_lag_ms", lag_ms)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def live(self, now: float | None = None) -> dict[str, Any]:
+        """What the dashboard shows (cheap; called about once a second)."""
+        now = time.monotonic() if now is None else now
+        for window in (self._live_ttfa, self._live_lag):
+            while window and window[0][0] < now - LIVE_WINDOW_S:
+                window.popleft()
+        return {
+            "active": self.active,
+            "admitted_now": self.admitted_live,
+            "attempts": sum(self.admissions.values()),
+            "admitted": self.admissions["admitted"],
+            "rejected": self.admissions["rejected_capacity"],
+            "failed": sum(
+                v for k, v in self.admissions.items() if k not in ("admitted", "rejected_capacity")
+            ),
+            "turns": self.counts["turns"],
+            "errors": dict(self.errors),
+            "ttfa_window": [v for _t, v in self._live_ttfa],
+            "send_lag_window": [v for _t, v in self._live_lag],
+        }
+
+    def headline(self) -> HistogramSet:
+        """Everything after warm-up (ramp and steady)."""
+        return self.slicer.after_warmup()
+
+    def observed_capacity(self) -> int:
+        return observed_capacity(self.intervals)
+
+    def close(self) -> None:
+        for f in (self._turns_file, self._sessions_file):
+            if f is not None:
+                f.close()
+        self._turns_file = self._sessions_file = None
+
+    # -- merging across workers -------------------------------------------------------------
+
+    def encode(self) -> dict[str, Any]:
+        """Everything needed to merge this recorder exactly into another (JSON-safe)."""
+        return {
+            "worker": self.worker,
+            "origin": self.origin,
+            "capabilities": self.capabilities,
+            "slicer": self.slicer.encode(),
+            "admissions": dict(self.admissions),
+            "codes": dict(self.codes),
+            "advertised_limits": {str(k): v for k, v in self.advertised_limits.items()},
+            "outcomes": dict(self.outcomes),
+            "errors": dict(self.errors),
+            "violations": dict(self.violations),
+            "behaviours": dict(self.behaviours),
+            "resume_outcomes": dict(self.resume_outcomes),
+            "counts": dict(self.counts),
+            # relative to the origin: another host's monotonic clock has another zero
+            "intervals": [
+                [a - self.origin, None if b is None else b - self.origin] for a, b in self.intervals
+            ],
+        }
+
+    def merge_encoded(self, data: Mapping[str, Any]) -> Recorder:
+        if not self.capabilities:
+            self.capabilities = dict(data.get("capabilities") or {})
+        other = TimeSlicer.decode(data["slicer"])
+        other.origin = self.slicer.origin  # slices count from each run's own start
+        self.slicer.merge(other)
+        self.admissions.update(data["admissions"])
+        self.codes.update(data["codes"])
+        self.advertised_limits.update({int(k): v for k, v in data["advertised_limits"].items()})
+        self.outcomes.update(data["outcomes"])
+        self.errors.update(data["errors"])
+        self.violations.update(data["violations"])
+        self.behaviours.update(data["behaviours"])
+        self.resume_outcomes.update(data["resume_outcomes"])
+        self.counts.update(data["counts"])
+        o = self.origin
+        self.intervals.extend((a + o, None if b is None else b + o) for a, b in data["intervals"])
+        return self
+
+
+def live_percentiles(
+    values: Iterable[float], ps: tuple[float, ...] = (50, 95, 99)
+) -> list[float | None]:
+    """Percentiles of a small live window (exact, numpy); Nones when empty."""
+    arr = np.fromiter(values, dtype=float)
+    if arr.size == 0:
+        return [None for _ in ps]
+    return [float(np.percentile(arr, p)) for p in ps]

@@ -1,0 +1,406 @@
+"""A load run's report: built from a (merged) recorder, written, rendered, judged.
+
+The report is built by one function, :func:`build_report`, from the recorder's exact
+content; ``duplexctl report`` rebuilds it the same way after merging saved runs, so a merged
+report is exactly the report one run of the combined load would have written. It carries
+its own inputs (``recorder``: encoded histograms, counts, session intervals) for that.
+
+Validity (metrics.md): a run whose send lag p99 exceeds one chunk period paced its audio
+late, so the server heard a slower user than scripted; such a run is marked
+``invalid_pacing`` and its latency figures are not to be trusted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from duplexctl import __version__
+from duplexctl.load.recorder import Recorder
+from duplexctl.report.summary import format_percentiles, format_value, histogram_table
+from duplexctl.report.turns import ORIGINS
+
+KIND: Final = "duplexctl.load"
+SESSION_ORIGINS: Final = {
+    "connect_ms": "websocket open complete - connect start",
+    "handshake_ms": "recv session.created - send first session.update",
+    "time_to_reject_ms": "recv of the rejecting error - send session.update",
+    "close_ms": "recv session.closed - send session.close",
+    "send_lag_ms": "actual send - scheduled send (t0 + k*chunk_ms), every append",
+    "loop_lag_ms": "event-loop wake-up lateness, sampled every 100 ms",
+    "client_queue_ms": "session start - scheduled arrival (waiting for a client-side slot)",
+    "ttfa_with_queue_ms": "ttfa_ms + client_queue_ms (first turn of each session)",
+    "turn_with_queue_ms": "turn_ms + client_queue_ms (first turn of each session)",
+    "rtf_omni": ORIGINS["rtf_vllm_omni"],
+    "chunk_gap_ms": "recv audio delta - recv previous audio delta of the same response, every gap",
+}
+HEADLINE_METRICS: Final = (
+    "ttfa_ms",
+    "ttft_ms",
+    "first_audible_ms",
+    "turn_ms",
+    "ttfa_commit_ms",
+    "ttfa_created_ms",
+    "rtf",
+    "rtf_omni",
+    "chunk_gap_ms",
+    "stall_ms",
+    "cancel_ack_ms",
+    "audio_stop_ms",
+    "leaked_audio_ms",
+    "heard_stop_ms",
+    "post_interrupt_ttfa_ms",
+    "resume_ms",
+    "reconnect_ms",
+    "resume_handshake_ms",
+    "connect_ms",
+    "handshake_ms",
+    "time_to_reject_ms",
+    "close_ms",
+    "client_queue_ms",
+    "ttfa_with_queue_ms",
+    "send_lag_ms",
+    "loop_lag_ms",
+)
+
+
+def origin_of(metric: str) -> str:
+    return SESSION_ORIGINS.get(metric) or ORIGINS.get(metric, "")
+
+
+def _rate(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def build_report(
+    recorder: Recorder,
+    *,
+    config: Mapping[str, Any],
+    workers: list[dict[str, Any]],
+    wall_s: float,
+    chunk_ms: int,
+    url: str | None,
+    embedded: Mapping[str, Any] | None = None,
+    capabilities: Mapping[str, Any] | None = None,
+    interrupted: bool = False,
+    end_reason: str = "",
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report.json document (see the module docstring)."""
+    headline = recorder.headline()
+    adm, counts, outcomes = recorder.admissions, recorder.counts, recorder.outcomes
+    attempts = sum(adm.values())
+    turns = counts["turns"]
+    limits = recorder.advertised_limits
+    advertised = max(limits, key=lambda k: limits[k]) if limits else None
+    send_lag = headline.get("send_lag_ms")
+    lag_p99 = send_lag.percentile(99) if send_lag is not None and send_lag.count else None
+    loop_lag = headline.get("loop_lag_ms")
+    cpu = sum(w.get("cpu_percent", 0.0) for w in workers)
+    invalid = lag_p99 is not None and lag_p99 > chunk_ms
+    audio_s = sum(sl.audio_s for sl in recorder.slicer.slices())
+    scalars: dict[str, float | None] = {
+        "rejection_rate": _rate(adm["rejected_capacity"], attempts),
+        "error_rate": _rate(outcomes["failed"], turns),
+        "timeout_rate": _rate(outcomes["no_response"], turns),
+        "early_start_rate": _rate(counts["early_start"], turns),
+        "barge_in_success_rate": _rate(counts["interruptions_cancelled"], counts["interruptions"]),
+        "observed_capacity": float(recorder.observed_capacity()),
+        "advertised_limit": None if advertised is None else float(advertised),
+        "audio_throughput": audio_s / wall_s if wall_s > 0 else None,
+        "underruns": float(counts["underruns"]),
+        "violations": float(sum(recorder.violations.values())),
+        "seq_gaps": float(counts["seq_gaps"]),
+        "client_cpu_percent": cpu,
+    }
+    figures = {
+        name: {**hist.to_dict(), "measurement_origin": origin_of(name)}
+        for name, hist in sorted(headline.items(), key=lambda kv: _order(kv[0]))
+    }
+    report: dict[str, Any] = {
+        "kind": KIND,
+        "version": __version__,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "url": url,
+        "embedded_server": dict(embedded) if embedded else None,
+        "config": dict(config),
+        "seed": config.get("seed"),
+        "server": {"capabilities": dict(capabilities or {}), "advertised_limit": advertised},
+        "interrupted": interrupted,
+        "end_reason": end_reason,
+        "wall_s": round(wall_s, 3),
+        "admission": {
+            "attempts": attempts,
+            "by_kind": dict(adm),
+            "by_code": dict(recorder.codes),
+            "advertised_limit": advertised,
+            "advertised_limits_seen": {str(k): v for k, v in limits.items()},
+            "observed_capacity": recorder.observed_capacity(),
+            "rejection_rate": scalars["rejection_rate"],
+        },
+        "sessions": {
+            "admitted": counts["sessions_admitted"],
+            "closed_cleanly": counts["closed_cleanly"],
+            "turns_cut_by_stop": counts["turns_cut"],
+            "appends": counts["appends"],
+            "appends_skipped_while_dropped": counts["skipped_appends"],
+        },
+        "turns": {
+            "count": turns,
+            "per_s": turns / wall_s if wall_s > 0 else None,
+            "outcomes": dict(outcomes),
+            "early_start": counts["early_start"],
+            "underruns": counts["underruns"],
+        },
+        "interruptions": {
+            "behaviours": dict(recorder.behaviours),
+            "attempted": counts["interruptions"],
+            "cancelled": counts["interruptions_cancelled"],
+            "answer_ended_first": counts["unanswered_interruptions"],
+            "barge_in_success_rate": scalars["barge_in_success_rate"],
+        },
+        "resume": {
+            "outcomes": dict(recorder.resume_outcomes),
+            "seq_gaps": counts["seq_gaps"],
+            "duplicates_dropped": counts["duplicates_dropped"],
+        },
+        "errors": dict(recorder.errors),
+        "violations": dict(recorder.violations),
+        "validity": {
+            "chunk_ms": chunk_ms,
+            "send_lag_p99_ms": lag_p99,
+            "send_lag_max_ms": send_lag.max if send_lag is not None else None,
+            "loop_lag_p99_ms": loop_lag.percentile(99) if loop_lag is not None else None,
+            "loop_lag_max_ms": loop_lag.max if loop_lag is not None else None,
+            "client_cpu_percent": round(cpu, 1),
+            "invalid_pacing": invalid,
+            "note": "send lag p99 above one chunk: latency figures are not trusted"
+            if invalid
+            else "",
+        },
+        "scalars": scalars,
+        "figures": figures,
+        "slices": [sl.to_dict() for sl in recorder.slicer.slices()],
+        "workers": workers,
+        "recorder": recorder.encode(),
+    }
+    if extra:
+        report.update(extra)
+    return report
+
+
+def _order(name: str) -> int:
+    try:
+        return HEADLINE_METRICS.index(name)
+    except ValueError:
+        return len(HEADLINE_METRICS)
+
+
+def recorder_of(report: Mapping[str, Any]) -> Recorder:
+    """The exact recorder a saved report was built from."""
+    data = report["recorder"]
+    from duplexctl.load.slices import TimeSlicer
+
+    slicer = TimeSlicer.decode(data["slicer"])
+    rec = Recorder(origin=float(data["origin"]), slice_s=slicer.slice_s, windows=slicer.windows)
+    return rec.merge_encoded(data)
+
+
+# -- files --------------------------------------------------------------------------------------
+
+
+def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def write_outputs(out: Path, report: Mapping[str, Any]) -> list[Path]:
+    """report.json (atomic) and the CSV summaries next to it."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "report.json", report)
+    figures = out / "figures.csv"
+    with figures.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["metric", "n", "p50", "p90", "p95", "p99", "max", "mean", "min", "p99_low_n"])
+        for name, f in report["figures"].items():
+            w.writerow(
+                [name]
+                + [
+                    f[k]
+                    for k in ("n", "p50", "p90", "p95", "p99", "max", "mean", "min", "p99_low_n")
+                ]
+            )
+    slices = out / "slices.csv"
+    with slices.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            [
+                "index",
+                "start_s",
+                "end_s",
+                "phase",
+                "turns",
+                "attempts",
+                "rejections",
+                "rejection_rate",
+                "errors",
+                "ttfa_p50",
+                "ttfa_p95",
+                "ttfa_p99",
+                "audio_throughput",
+            ]
+        )
+        for sl in report["slices"]:
+            ttfa = sl["figures"].get("ttfa_ms", {})
+            w.writerow([sl["index"], sl["start_s"], sl["end_s"], sl["phase"], sl["turns"], sl["attempts"], sl["rejections"], sl["rejection_rate"], sl["errors"], ttfa.get("p50"), ttfa.get("p95"), ttfa.get("p99"), sl["audio_throughput"]])  # fmt: skip
+    admission = out / "admission.csv"
+    with admission.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["outcome", "code", "count"])
+        for key, n in report["admission"]["by_code"].items():
+            kind, _, code = key.partition(":")
+            w.writerow([kind, code, n])
+        w.writerow(["admitted", "", report["admission"]["by_kind"].get("admitted", 0)])
+    return [out / "report.json", figures, slices, admission]
+
+
+def merge_jsonl(parts: Iterable[Path], target: Path) -> None:
+    """Append worker JSONL parts to ``target`` and remove them."""
+    with target.open("a") as out:
+        for part in parts:
+            if part.exists():
+                with part.open() as fh:
+                    for line in fh:
+                        out.write(line)
+                part.unlink()
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+
+def summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """The plain-text final summary (also printed under the rich table)."""
+    a, t, v = report["admission"], report["turns"], report["validity"]
+    lines = []
+    if report.get("interrupted"):
+        lines.append("interrupted: partial report (every session was closed with session.close)")
+    by_kind = ", ".join(f"{k} {n}" for k, n in sorted(a["by_kind"].items())) or "none"
+    lines.append(
+        f"sessions: {a['attempts']} attempts ({by_kind}); observed capacity "
+        f"{a['observed_capacity']}; advertised limit {a['advertised_limit'] if a['advertised_limit'] is not None else '–'}"
+    )
+    if a["by_code"]:
+        lines.append("rejections: " + ", ".join(f"{k} {n}" for k, n in a["by_code"].items()))
+    rr = a["rejection_rate"]
+    lines.append(
+        f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'}); "
+        f"rejection rate {format_value(rr * 100 if rr is not None else None)}%"
+    )
+    figs = report["figures"]
+    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms", "resume_ms"):
+        if name in figs and figs[name]["n"]:
+            f = figs[name]
+            p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")
+            lines.append(
+                f"{name}: p50 {format_value(f['p50'])} · p95 {format_value(f['p95'])} · "
+                f"p99 {p99} (n={f['n']})"
+            )
+    if report.get("errors"):
+        lines.append("errors: " + ", ".join(f"{k} {n}" for k, n in report["errors"].items()))
+    if report.get("violations"):
+        lines.append(
+            "violations: " + ", ".join(f"{k} {n}" for k, n in report["violations"].items())
+        )
+    lag = v["send_lag_p99_ms"]
+    lines.append(
+        f"client: send lag p99 {format_value(lag)} ms (chunk {v['chunk_ms']} ms), loop lag max "
+        f"{format_value(v['loop_lag_max_ms'])} ms, CPU {v['client_cpu_percent']}%"
+    )
+    if v["invalid_pacing"]:
+        lines.append(
+            "invalid_pacing: the client's send lag p99 exceeded one chunk — "
+            "the latency figures above are not trusted"
+        )
+    cap = report.get("capacity_search")
+    if cap:
+        lines.extend(capacity_lines(cap))
+    sr = report.get("slot_release")
+    if sr:
+        for how, entry in sr.items():
+            value = entry.get("slot_release_ms")
+            lines.append(
+                f"slot release after {how}: {format_value(value)} ms"
+                + (f" ({entry['note']})" if entry.get("note") else "")
+            )
+    for res in report.get("slo", []):
+        verdict = "PASS" if res["passed"] else "FAIL"
+        actual = "no samples" if res["actual"] is None else format_value(res["actual"])
+        lines.append(
+            f"SLO {verdict} {res['expr']}: {actual}" + (f" (n={res['n']})" if res.get("n") else "")
+        )
+    return lines
+
+
+def capacity_lines(cap: Mapping[str, Any]) -> list[str]:
+    unit = cap.get("unit", "sessions")
+    lines = [
+        f"capacity: largest {unit} meeting every SLO: {cap.get('largest_pass') or 'none'}; "
+        f"first failure at {cap.get('first_fail') or 'none'}"
+        + (f" ({cap['fail_reason']})" if cap.get("fail_reason") else "")
+    ]
+    if cap.get("rejections_began_at") is not None:
+        lines.append(f"capacity: rejections began at {cap['rejections_began_at']} {unit}")
+    for step in cap.get("steps", []):
+        lines.append(
+            f"  step {step['level']:>4} {unit}: {'pass' if step['passed'] else 'FAIL'}"
+            + (f" — {step['reason']}" if step.get("reason") else "")
+            + (
+                f" (ttfa p95 {format_value(step.get('ttfa_p95'))} ms, rejection rate {format_value(step.get('rejection_rate'))})"
+            )
+        )
+    return lines
+
+
+def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | None = None) -> None:
+    """Print the final report: a rich table on a terminal, plain lines otherwise."""
+    import sys
+
+    stream = out or sys.stdout
+    if rich_table:
+        from rich.console import Console
+
+        console = Console(file=stream)
+        hs = recorder_of(report).headline()
+        console.print(
+            histogram_table(
+                hs, metrics=list(report["figures"]), title="load: figures after warm-up"
+            )
+        )
+    else:
+        for name, f in report["figures"].items():
+            if f["n"]:
+                print(f"{name}: {_pct_line(f)}", file=stream)
+    for line in summary_lines(report):
+        print(line, file=stream)
+
+
+def _pct_line(f: Mapping[str, Any]) -> str:
+    p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")
+    return f"p50 {format_value(f['p50'])} · p95 {format_value(f['p95'])} · p99 {p99} · max {format_value(f['max'])} (n={f['n']})"
+
+
+__all__ = [
+    "build_report",
+    "format_percentiles",
+    "merge_jsonl",
+    "recorder_of",
+    "render_final",
+    "summary_lines",
+    "write_outputs",
+]
