@@ -1,0 +1,124 @@
+"""``duplexctl report RESULT...``: re-render saved load runs and merge them exactly.
+
+A load run's report.json carries the recorder it was built from (HDR histograms per time
+slice and phase window, counts, admission intervals). Merging several runs — worker
+processes, or load generators on several hosts driving one server at the same time — adds
+those recorders bucket for bucket and rebuilds the report with the very function the load
+command used (:func:`duplexctl.load.results.build_report`), so the merged p99 is the p99 of
+all the samples, not an average of p99s. Slices are aligned by time since each run's start,
+and session intervals likewise: runs meant to be merged should start together.
+
+Runs with different warm-up or slice lengths cannot be merged (their windows would not line
+up); that is one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from duplexctl.errors import BadInput, CheckFailed
+
+
+def load_result(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """A saved load report (a report.json, or an --out directory holding one)."""
+    p = Path(path)
+    file = p / "report.json" if p.is_dir() else p
+    try:
+        doc = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{file}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{file}: not a readable JSON report ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "duplexctl.load" or "recorder" not in doc:
+        raise BadInput(f"{file}: not a duplexctl load report (no recorder to merge)")
+    return file, doc
+
+
+def merge_reports(docs: Sequence[dict[str, Any]], *, sources: Sequence[str] = ()) -> dict[str, Any]:
+    """One report from several, exactly (see the module docstring)."""
+    from duplexctl.load.results import build_report, recorder_of
+
+    if not docs:
+        raise BadInput("nothing to merge")
+    first = docs[0]
+    if len(docs) == 1:
+        return dict(first)
+    merged = recorder_of(first)
+    for src, doc in zip(sources or [""] * len(docs), docs, strict=False):
+        if doc is first:
+            continue
+        try:
+            merged.merge_encoded(doc["recorder"])
+        except ValueError as exc:
+            raise BadInput(f"{src or 'report'}: cannot merge: {exc}") from None
+    workers = [dict(w, run=i) for i, doc in enumerate(docs) for w in doc.get("workers", [])]
+    chunk_ms = int(first.get("validity", {}).get("chunk_ms", 100))
+    report = build_report(
+        merged,
+        config=first.get("config", {}),
+        workers=workers,
+        wall_s=max(float(d.get("wall_s", 0.0)) for d in docs),
+        chunk_ms=chunk_ms,
+        url=first.get("url"),
+        embedded=first.get("embedded_server"),
+        capabilities=first.get("server", {}).get("capabilities"),
+        interrupted=any(d.get("interrupted") for d in docs),
+        end_reason=",".join(sorted({str(d.get("end_reason", "")) for d in docs})),
+        extra={"merged_from": list(sources)},
+    )
+    return report
+
+
+def rerender(
+    results: Sequence[str],
+    *,
+    out: str | None = None,
+    plot: str | None = None,
+    json_output: bool = False,
+    slos: Sequence[str] = (),
+) -> int:
+    """The ``report`` command: load, merge, judge, write, plot, print; returns the exit code."""
+    from duplexctl.load.results import recorder_of, render_final, write_outputs
+    from duplexctl.report.slo import all_passed, evaluate, parse_slos
+
+    loaded = [load_result(r) for r in results]
+    docs = [doc for _p, doc in loaded]
+    report = merge_reports(docs, sources=[str(p) for p, _d in loaded])
+    exprs = list(slos) or list(report.get("config", {}).get("slos") or [])
+    code = 0
+    if exprs:
+        try:
+            parsed = parse_slos(exprs)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        verdicts = evaluate(parsed, recorder_of(report).headline(), report["scalars"])
+        report["slo"] = [v.to_dict() for v in verdicts]
+        code = 0 if all_passed(verdicts) else CheckFailed.exit_code
+    if out is not None:
+        target = Path(out)
+        write_outputs(target, report)
+        for name in ("turns.jsonl", "sessions.jsonl"):
+            parts = [p.parent / name for p, _d in loaded if (p.parent / name).exists()]
+            if parts and all(part.resolve() != (target / name).resolve() for part in parts):
+                (target / name).unlink(missing_ok=True)
+                _concat(parts, target / name)
+    if plot is not None:
+        from duplexctl.report.plots import draw
+
+        for path in draw(report, Path(plot), runs=docs):
+            if not json_output:
+                print(f"plot: {path}")
+    if json_output:
+        print(json.dumps(report, default=str))
+    else:
+        render_final(report, rich_table=False)
+    return code
+
+
+def _concat(parts: Sequence[Path], target: Path) -> None:
+    with target.open("w") as out:
+        for part in parts:
+            out.write(part.read_text())
