@@ -479,6 +479,180 @@ def probe(
         raise CheckFailed(f"probe failed: {names}")
 
 
+@app.command()
+@reports_errors
+def load(
+    inputs: Annotated[
+        list[str] | None,
+        typer.Argument(help="WAVs (one turn each) or one scenario .toml; default: bundled turns."),
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option(envvar="DUPLEXCTL_URL", help="Server (default: embedded).")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="DUPLEXCTL_API_KEY", help="Bearer token.", show_default=False),
+    ] = None,
+    sessions: Annotated[int | None, typer.Option(help="Closed loop: concurrent sessions.")] = None,
+    rate: Annotated[float | None, typer.Option(help="Open loop: new sessions per second.")] = None,
+    arrival: Annotated[str, typer.Option(help="poisson, constant or gamma.")] = "poisson",
+    burstiness: Annotated[float, typer.Option(help="Gamma squared CV (1 = Poisson).")] = 1.0,
+    seed: Annotated[int | None, typer.Option(help="Seed (arrivals and behaviour mix).")] = None,
+    max_concurrency: Annotated[
+        int | None, typer.Option(help="Open loop: cap on sessions in flight (client side).")
+    ] = None,
+    ramp: Annotated[
+        str | None, typer.Option(help="Linear stages <time>:<target>,… e.g. 0:1,60s:50.")
+    ] = None,
+    duration: Annotated[
+        str | None, typer.Option(help="Measured time after warm-up, e.g. 60s.")
+    ] = None,
+    count: Annotated[int | None, typer.Option(help="Stop after this many sessions.")] = None,
+    warmup: Annotated[str, typer.Option(help="Warm-up, excluded from figures.")] = "0s",
+    mix: Annotated[
+        str | None,
+        typer.Option(help="Per-turn behaviours: barge_in=0.2,cancel=0.1,drop_resume=0.05."),
+    ] = None,
+    slo: Annotated[
+        list[str] | None, typer.Option(help='Threshold, e.g. "ttfa_p95<=800ms" (repeatable).')
+    ] = None,
+    find_capacity: Annotated[
+        bool, typer.Option("--find-capacity", help="Step the load up, then bisect.")
+    ] = False,
+    step_duration: Annotated[str, typer.Option(help="Capacity search: time per step.")] = "20s",
+    max_level: Annotated[int, typer.Option(help="Capacity search: highest level tried.")] = 256,
+    measure_slot_release: Annotated[
+        bool, typer.Option("--measure-slot-release", help="Time a full server takes to re-admit.")
+    ] = False,
+    workers: Annotated[int | None, typer.Option(help="Processes (default: one per core).")] = None,
+    out: Annotated[str | None, typer.Option(help="Write report.json, JSONL and CSV here.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
+    live: Annotated[
+        bool | None, typer.Option("--live/--plain", help="Dashboard style (default: by TTY).")
+    ] = None,
+    slice_seconds: Annotated[float, typer.Option("--slice", help="Time slice length, s.")] = 10.0,
+    chunk_ms: Annotated[int, typer.Option(help="Append size in ms.")] = 100,
+    prebuffer_ms: Annotated[float, typer.Option(help="Simulated playback prebuffer.")] = 0.0,
+    response_timeout: Annotated[float, typer.Option(help="Seconds to wait for an answer.")] = 20.0,
+    model: Annotated[str | None, typer.Option(help="Session model.")] = None,
+    voice: Annotated[str | None, typer.Option(help="Session voice.")] = None,
+    ref_audio: Annotated[str | None, typer.Option(help="Reference voice clip (WAV).")] = None,
+    instructions: Annotated[str | None, typer.Option(help="Session instructions.")] = None,
+    turn_detection: Annotated[
+        str | None, typer.Option(help="server_vad or none (client commits).")
+    ] = None,
+    auto_response: Annotated[
+        bool | None, typer.Option("--auto-response/--no-auto-response", help="Model-native lane.")
+    ] = None,
+    session: Annotated[str | None, typer.Option(help="JSON merged into session.update.")] = None,
+    server_max_sessions: Annotated[
+        int, typer.Option(help="Embedded server: admission limit.")
+    ] = 64,
+    server_gpu_slots: Annotated[int, typer.Option(help="Embedded server: GPU slots.")] = 0,
+    server_unit_compute_ms: Annotated[
+        float, typer.Option(help="Embedded server: GPU ms per output unit.")
+    ] = 0.0,
+    server_option: Annotated[
+        list[str] | None,
+        typer.Option(help="Embedded server setting KEY=VALUE, e.g. reply_seconds=1 (repeatable)."),
+    ] = None,
+    no_uvloop: Annotated[bool, typer.Option("--no-uvloop", help="Use asyncio's own loop.")] = False,
+) -> None:
+    """Many sessions at once: latency under load, admission limit, capacity, SLOs."""
+    import os
+
+    from duplexctl.errors import BadInput
+    from duplexctl.load.arrivals import parse_duration
+    from duplexctl.load.config import LoadConfig, Mix
+    from duplexctl.load.run import run_load
+
+    overrides: dict[str, object] = {}
+    for item in server_option or []:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise BadInput(f"--server-option {item!r} is not KEY=VALUE")
+        value: object = raw
+        for conv in (int, float):
+            try:
+                value = conv(raw)
+                break
+            except ValueError:
+                continue
+        overrides[key.strip().replace("-", "_")] = value
+
+    def seconds(text: str | None, flag: str) -> float | None:
+        if text is None:
+            return None
+        try:
+            return parse_duration(text)
+        except ValueError as exc:
+            raise BadInput(f"{flag}: {exc}") from None
+
+    config = LoadConfig(
+        url=url,
+        api_key=api_key,
+        inputs=list(inputs or []),
+        mix=Mix.parse(mix),
+        model=model,
+        voice=voice,
+        ref_audio=ref_audio,
+        instructions=instructions,
+        turn_detection=turn_detection,
+        auto_response=auto_response,
+        session_file=session,
+        chunk_ms=chunk_ms,
+        prebuffer_ms=prebuffer_ms,
+        response_timeout_s=response_timeout,
+        sessions=sessions,
+        rate=rate,
+        arrival=arrival,
+        burstiness=burstiness,
+        seed=seed,
+        max_concurrency=max_concurrency,
+        ramp=ramp,
+        duration_s=seconds(duration, "--duration"),
+        count=count,
+        warmup_s=seconds(warmup, "--warmup") or 0.0,
+        slice_s=slice_seconds,
+        find_capacity=find_capacity,
+        step_duration_s=seconds(step_duration, "--step-duration") or 20.0,
+        max_level=max_level,
+        measure_slot_release=measure_slot_release,
+        slos=list(slo or []),
+        workers=workers if workers is not None else (os.cpu_count() or 1),
+        out=out,
+        json_output=json_output,
+        live=live,
+        uvloop=not no_uvloop,
+        server_overrides={
+            "max_sessions": server_max_sessions,
+            "gpu_slots": server_gpu_slots,
+            "unit_compute_ms": server_unit_compute_ms,
+            **overrides,
+        },
+    )
+    result = run_load(config)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+@app.command()
+@reports_errors
+def report(
+    results: Annotated[list[str], typer.Argument(help="report.json files or --out directories.")],
+    out: Annotated[str | None, typer.Option(help="Write the merged report here.")] = None,
+    plot: Annotated[str | None, typer.Option(help="Draw PNG plots into this directory.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
+    slo: Annotated[list[str] | None, typer.Option(help="Re-judge with these thresholds.")] = None,
+) -> None:
+    """Re-render saved load runs; several are merged exactly (from their histograms)."""
+    from duplexctl.report.merge import rerender
+
+    code = rerender(results, out=out, plot=plot, json_output=json_output, slos=list(slo or []))
+    if code:
+        raise typer.Exit(code)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
