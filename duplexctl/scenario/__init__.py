@@ -12,7 +12,7 @@ A scenario is a TOML file. Paths are relative to the file. Example (``recordings
     chunk_ms = 100                  # append size
     pace = "realtime"               # or "fast"
     response_timeout_s = 15
-    prebuffer_ms = 0                # simulated playback jitter buffer
+    prebuffer_ms = 100              # simulated playback jitter buffer
     model = "…"; voice = "…"; instructions = "…"; ref_audio = "voice.wav"
 
     [session]                       # merged into the opening session.update as-is
