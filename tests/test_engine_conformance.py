@@ -63,3 +63,20 @@ async def test_golden_field_sets_commit_turn() -> None:
         if event["type"] == "response.output_audio_transcript.delta":
             continue  # stand-alone (with metadata) and paired (without) share the type
         assert fields == recorded[event["type"]], event["type"]
+
+
+@pytest.mark.parametrize("name", ["server_vad_turn", "server_vad_barge_in"])
+async def test_server_vad_positions_match_recording(name: str) -> None:
+    """speech_started / speech_stopped positions on the input clock, as the real server
+    reports them: start = onset − prefix padding, stop = where the detector decided (speech
+    end + silence duration), within the energy detector's resolution of Silero's."""
+    result = await replay(name, turn_config(realtime_factor=1.0))
+    for etype, field in (
+        ("input_audio_buffer.speech_started", "audio_start_ms"),
+        ("input_audio_buffer.speech_stopped", "audio_end_ms"),
+    ):
+        recorded = [e[field] for e in result.recorded_seq if e["type"] == etype]
+        ours = [e[field] for e in result.ours.events if e["type"] == etype]
+        assert len(ours) == len(recorded), etype
+        for mine, theirs in zip(ours, recorded, strict=True):
+            assert abs(mine - theirs) <= 150, (etype, ours, recorded)

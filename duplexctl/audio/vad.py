@@ -36,12 +36,15 @@ class VadEvent:
 
     For a start, ``ms`` is the onset minus the prefix padding (floored at 0), the value the
     server reports as ``audio_start_ms``; ``onset_ms`` is the first loud frame itself. For a
-    stop, ``ms`` is the end of the last loud frame (``audio_end_ms``).
+    stop, ``ms`` is the end of the last loud frame (where speech really ended: a client's
+    ``t_eos``) and ``decided_ms`` the input position at which the silence duration elapsed
+    and the detector decided (what vLLM-Omni's server VAD reports as ``audio_end_ms``).
     """
 
     kind: str
     ms: float
     onset_ms: float
+    decided_ms: float | None = None
 
 
 def threshold_to_db(threshold: float) -> float:
@@ -122,7 +125,7 @@ class StreamingVad:
             if self._quiet_run >= p.silence_ms:
                 self.speaking = False
                 self._loud_run = 0.0
-                return VadEvent("stop", self._last_loud_end_ms, self._run_start_ms)
+                return VadEvent("stop", self._last_loud_end_ms, self._run_start_ms, end_ms)
         return None
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from duplexctl.audio import pcm
 from duplexctl.audio.resample import StreamResampler
+from duplexctl.audio.vad import VadEvent
 from duplexctl.protocol import ids, names
 from duplexctl.protocol.errors import ProtocolError, realtime_error
 from duplexctl.server import session_object, translate
@@ -468,7 +469,7 @@ class EngineSession:
             if verdict.is_speech and self._utterance_item is not None:
                 self._buf.append(samples)
                 if verdict.stopped is not None:
-                    self._vad_commit(verdict.stopped.ms)
+                    self._vad_commit(_decided(verdict.stopped))
                 return
             self._silence_since_commit = True
             self._listen("silence_or_noise")
@@ -565,7 +566,7 @@ class EngineSession:
                 self._barge_in_owned("turn_detected")
                 self._buf.append(samples)
                 if verdict.stopped is not None:
-                    self._vad_commit(verdict.stopped.ms)
+                    self._vad_commit(_decided(verdict.stopped))
                 return
             if verdict.is_speech and self._utterance_item is not None:
                 self._decision(
@@ -573,7 +574,7 @@ class EngineSession:
                 )
                 self._buf.append(samples)
                 if verdict.stopped is not None:
-                    self._vad_commit(verdict.stopped.ms)
+                    self._vad_commit(_decided(verdict.stopped))
                 return
             self._decision("drop", "silence_or_noise", duration_ms, False, buffer_audio=False)
             return
@@ -648,7 +649,7 @@ class EngineSession:
             if verdict.stopped is not None and self._utterance_item is not None:
                 self._ev(
                     "input_audio_buffer.speech_stopped",
-                    audio_end_ms=int(verdict.stopped.ms),
+                    audio_end_ms=int(_decided(verdict.stopped)),
                     item_id=self._utterance_item,
                 )
                 self._utterance_stopped = True
@@ -1534,3 +1535,10 @@ class EngineSession:
                 "history_committed": history_committed,
             },
         )
+
+
+def _decided(stop: VadEvent) -> float:
+    """Where server VAD reports a stop: the position at which it decided (vLLM-Omni 0.30.0
+    reports ``audio_end_ms`` ≈ speech end + silence duration, e.g. 5216 for hello_16k.wav
+    with 800 ms), not the end of the last loud frame."""
+    return stop.decided_ms if stop.decided_ms is not None else stop.ms
