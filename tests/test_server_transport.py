@@ -367,6 +367,26 @@ async def test_client_aliases_reach_the_engine_canonical() -> None:
         assert await closed_code(ws) == (1000, "client_close")
 
 
+async def test_input_commit_alias_answers_the_turn_by_default() -> None:
+    """``input.commit`` defaults to response_create true (protocol.md §3.2), unlike the
+    canonical ``input_audio_buffer.commit``: speech then a bare alias commit gets a response."""
+    import base64
+
+    import numpy as np
+
+    tone = (0.3 * np.sin(2 * np.pi * 300 * np.arange(8000) / 16000) * 32767).astype("<i2")
+    audio = base64.b64encode(tone.tobytes()).decode()
+    async with running("real", ttfa_ms=20.0, realtime_factor=0.0, reply_seconds=0.2) as server:
+        ws, _, _ = await open_session(server)
+        await send(ws, {"type": "input_audio_buffer.append", "audio": audio})
+        await send(ws, {"type": "input.commit"})
+        seen = await recv_until(ws, "response.done", timeout=10)
+        types = [e["type"] for e in seen]
+        assert "input_audio_buffer.committed" in types
+        assert "response.created" in types
+        await ws.close()
+
+
 async def test_event_too_large_keeps_socket_open(engine_kind: str, load_wire: Wire) -> None:
     golden = next(
         f

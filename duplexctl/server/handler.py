@@ -472,6 +472,10 @@ class ConnectionHandler:
         canonical = canonical_client(etype)
         if canonical != etype:
             event = {**event, "type": canonical}
+            if etype == "input.commit" and not {"response_create", "create_response"} & set(event):
+                # the alias answers the turn by default (protocol.md §3.2); the canonical
+                # commit does not, so the default must be made explicit before renaming
+                event["response_create"] = True
         engine = managed.engine
         if engine is None or managed.finished:
             return
