@@ -127,3 +127,32 @@ def peer() -> Iterator[Callable[..., PeerServer]]:
 collect_ignore_glob: list[str] = []
 if sys.platform == "win32":  # pragma: no cover
     collect_ignore_glob.append("test_audio_devices*")
+
+
+@pytest.fixture(scope="module")
+def pulse_server() -> Iterator[Any]:
+    """A private PulseAudio for one test module (tests/pulse.py), PortAudio re-initialised to
+    see it and again after it stops. Skips when pulseaudio or PortAudio is missing.
+    (tests/test_audio_devices.py keeps its own module-level copy of this fixture.)"""
+    try:
+        from tests.pulse import pulseaudio_available, start_pulse
+    except ModuleNotFoundError:
+        from pulse import pulseaudio_available, start_pulse  # type: ignore[no-redef]
+    if not pulseaudio_available():
+        pytest.skip("pulseaudio/pactl not installed (apt-get install pulseaudio pulseaudio-utils)")
+    try:
+        import sounddevice  # noqa: F401
+    except (OSError, ImportError):
+        pytest.skip("PortAudio not installed (apt-get install libportaudio2)")
+    from duplexctl.audio import devices
+
+    server = start_pulse()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in server.env.items():
+                mp.setenv(key, value)
+            devices.reinitialize()
+            yield server
+    finally:
+        server.stop()
+        devices.reinitialize()

@@ -892,7 +892,10 @@ class TalkSession:
             if over:
                 st.turn.heard_ms = played
                 st.turn.playback_end = _ns(end) if end is not None else None
-        if over and done:
+        # a spoken barge-in's t_bi is the send of the append carrying the onset, which may
+        # still be in the pending input: wait for it (at most one chunk) before the figures
+        waiting_t_bi = st.barge is not None and st.barge.kind == "speech" and st.turn.barge is None
+        if over and done and not waiting_t_bi:
             self._finalize(st)
 
     def _finalize(self, st: ResponseState) -> None:
