@@ -1,0 +1,77 @@
+"""LoadConfig and --mix: validated before any socket opens; worker shares add up."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from duplexctl.errors import BadInput
+from duplexctl.load.config import LoadConfig, Mix
+from duplexctl.load.script import AppendCache, build_script
+
+
+def test_mix_parses_and_picks_by_cumulative_probability() -> None:
+    mix = Mix.parse("barge_in=0.2, cancel=0.1,drop_resume=0.05")
+    assert (mix.barge_in, mix.cancel, mix.drop_resume) == (0.2, 0.1, 0.05)
+    assert mix.pick(0.0) == "barge_in" and mix.pick(0.25) == "cancel"
+    assert mix.pick(0.32) == "drop_resume" and mix.pick(0.36) is None
+    assert str(mix) == "barge_in=0.2,cancel=0.1,drop_resume=0.05"
+    assert Mix.parse(None).total == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("barge=0.1", "unknown behaviour"),
+        ("cancel", "not name=probability"),
+        ("cancel=x", "not a number"),
+        ("cancel=1.5", "not a probability"),
+        ("cancel=0.6,barge_in=0.6", "add up to"),
+    ],
+)
+def test_bad_mix_is_one_line(text: str, problem: str) -> None:
+    with pytest.raises(BadInput, match=problem):
+        Mix.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("kw", "problem"),
+    [
+        ({}, "--sessions N"),
+        ({"sessions": 2, "rate": 1.0, "duration_s": 1}, "exclude each other"),
+        ({"sessions": 2}, "--duration or --count"),
+        ({"rate": 1.0, "duration_s": 1, "burstiness": 2.0}, "gamma only"),
+        ({"sessions": 1, "duration_s": 1, "slos": ["ttfa_p95<=x"]}, "SLO"),
+        ({"sessions": 1, "duration_s": 1, "ramp": "0:1,bad"}, "ramp"),
+        ({"sessions": 1, "duration_s": 1, "url": "http://x"}, "ws://"),
+        ({"sessions": 1, "duration_s": 1, "inputs": ["/nonexistent.wav"]}, "no such file"),
+    ],
+)
+def test_validate_refuses_bad_runs(kw: dict, problem: str) -> None:
+    with pytest.raises(BadInput, match=problem):
+        LoadConfig(**kw).validate()
+
+
+def test_shares_add_up_and_get_distinct_seeds() -> None:
+    cfg = LoadConfig(
+        sessions=7, count=5, max_concurrency=3, seed=10, duration_s=1, ramp="0:0,10s:4"
+    )
+    parts = [cfg.share(i, 3) for i in range(3)]
+    assert sum(p.sessions or 0 for p in parts) == 7
+    assert sum(p.count or 0 for p in parts) == 5
+    assert len({p.seed for p in parts}) == 3
+    assert all(p.workers == 1 for p in parts)
+    rate = LoadConfig(rate=9.0, duration_s=1).share(1, 3)
+    assert rate.rate == pytest.approx(3.0)
+    assert "api_key" not in LoadConfig(api_key="secret").echo()
+
+
+def test_bundled_script_and_append_cache() -> None:
+    script = build_script([])
+    assert script.turns >= 2 and script.interrupt.name == "interrupt.wav"
+    utt = next(iter(script.clips.values()))
+    cache = AppendCache()
+    view = utt.clip.samples[1600:3200]
+    assert cache.encode(view, False) is cache.encode(utt.clip.samples[1600:3200], False)
+    silence = np.zeros(1600, dtype=np.float32)
+    assert cache.encode(silence, True) is cache.encode(silence, True)
