@@ -334,6 +334,7 @@ class TalkSession:
         if barge == "client" and caps.get("supports_barge_in") is False:
             self.view.info("the server does not advertise barge-in; response.cancel is used")
         self.view.set_state(turns=turns, **{"barge-in": barge})
+        self.view.info(f"turns: {turns}; barge-in: {barge}")
 
     # -- run ---------------------------------------------------------------------------------
 
@@ -898,9 +899,11 @@ class TalkSession:
         if over and done and not waiting_t_bi:
             self._finalize(st)
 
-    def _finalize(self, st: ResponseState) -> None:
+    def _finalize(self, st: ResponseState, *, interrupted: bool = False) -> None:
         st.finalized = True
         record = compute_turn(st.turn, {t.index: t for t in self.turns})
+        if interrupted:  # our own stop, not the server's failure (same word as the WAV name)
+            record.outcome = "interrupted"
         if st.barge is not None and st.barge.local_stop_ms is not None:
             record.figures["local_stop_ms"] = Figure(st.barge.local_stop_ms, LOCAL_STOP_ORIGIN)
         self.records.append(record)
@@ -945,9 +948,10 @@ class TalkSession:
                 st.turn.heard_ms = self.output.played_ms(st.rid)
                 end = self.output.end_time(st.rid)
                 st.turn.playback_end = _ns(min(end, now)) if end is not None else None
-            if st.turn.t_done is None and st.turn.error is None:
+            unfinished = st.turn.t_done is None
+            if unfinished and st.turn.error is None:
                 st.turn.error = f"run stopped ({self.stop_reason}) before response.done"
-            self._finalize(st)
+            self._finalize(st, interrupted=unfinished)
 
     def _flush_heard_all(self) -> None:
         if self.output is None:
