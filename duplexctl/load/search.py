@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 POLL_S: Final = 0.025
 SLOT_RELEASE_LIMIT_S: Final = 45.0
 STEP_PAUSE_S: Final = 1.0
+#: Most idle sessions opened to find a full server (bounds the slot-release measurement).
+MAX_HOLDERS: Final = 1024
 
 
 async def find_capacity(
@@ -156,14 +158,14 @@ async def measure_slot_release(config: LoadConfig, url: str, stop: asyncio.Event
 
     try:
         limit: int | None = None
-        for _ in range(config.max_level):
+        for _ in range(MAX_HOLDERS):
             conn = await try_open()
             if conn is None:
                 limit = len(holders)
                 break
             holders.append(conn)
         if limit is None:
-            return {"note": f"no rejection within {config.max_level} sessions: not measured"}
+            return {"note": f"no rejection within {MAX_HOLDERS} sessions: not measured"}
         for how in ("clean_close", "abrupt_drop"):
             if stop.is_set() or not holders:
                 break
