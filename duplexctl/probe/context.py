@@ -108,6 +108,7 @@ class Trace:
         self.t0_ns = time.monotonic_ns()
         self.entries: list[TraceEntry] = []
         self.dropped = 0
+        self.muted: set[str] = set()  # connection labels whose frames are not recorded
 
     def ms(self, t_ns: int | None = None) -> float:
         return round(((t_ns or time.monotonic_ns()) - self.t0_ns) / 1e6, 1)
@@ -122,6 +123,8 @@ class Trace:
         seq: int | None = None,
         t_ns: int | None = None,
     ) -> None:
+        if conn in self.muted:
+            return
         if len(self.entries) >= MAX_TRACE:
             self.dropped += 1
             return
@@ -532,9 +535,14 @@ class ProbeContext:
         self._conns.append(pc)
         return pc
 
-    async def raw(self, label: str | None = None, *, url: str | None = None) -> RawConn:
-        """A bare websocket on the duplex route (autostart off)."""
+    async def raw(
+        self, label: str | None = None, *, url: str | None = None, quiet: bool = False
+    ) -> RawConn:
+        """A bare websocket on the duplex route (autostart off); ``quiet``: keep its frames
+        out of the evidence (repeated polling would drown everything else)."""
         label = label or self.label("r")
+        if quiet:
+            self.trace.muted.add(label)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
         try:
             ws = await asyncio.wait_for(

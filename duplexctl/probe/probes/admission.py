@@ -32,12 +32,12 @@ class OpenAttempt:
     t_ns: int
 
 
-async def attempt_open(ctx: ProbeContext, label: str) -> OpenAttempt:
+async def attempt_open(ctx: ProbeContext, label: str, *, quiet: bool = False) -> OpenAttempt:
     """Connect and send the opening session.update; admitted or why not."""
     from duplexctl.probe.context import probe_settings
     from duplexctl.protocol import ids
 
-    raw = await ctx.raw(label)
+    raw = await ctx.raw(label, quiet=quiet)
     obj = probe_settings().to_session_object()
     await raw.send({"type": "session.update", "session": obj, "event_id": ids.client_event_id()})
     frame, t = await raw.recv_until(lambda f: f.get("type") in ("session.created", "error"), 10.0)
@@ -100,12 +100,24 @@ async def wait_admitted(
 ) -> OpenAttempt | None:
     """Try to open a session every ``interval_s`` until one is admitted (returned, live) or
     ``within_s`` passed (None). Rejections other than capacity end the wait with ProbeFailed."""
-    deadline = time.monotonic() + within_s
+    t0 = time.monotonic()
+    deadline = t0 + within_s
     n = 0
     while True:
         n += 1
-        a = await attempt_open(ctx, f"{prefix}{n}-")
+        a = await attempt_open(ctx, f"{prefix}{n}-", quiet=n > 1)
+        last = a.admitted or not (a.error and a.error.is_capacity)
+        last = last or time.monotonic() + interval_s > deadline
+        if last and n > 1:
+            ctx.trace.muted.discard(a.raw.label)
+            ctx.note(
+                f"{n - 1 if a.admitted else n} open attempt(s), one every {interval_s:g} s, "
+                "rejected as over "
+                f"capacity during {time.monotonic() - t0:.1f} s"
+            )
         if a.admitted:
+            if n > 1:
+                ctx.trace.add(a.raw.label, "in", "session.created", "admitted", t_ns=a.t_ns)
             return a
         if a.error is None or not a.error.is_capacity:
             raise ProbeFailed(
