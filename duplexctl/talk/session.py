@@ -393,33 +393,34 @@ class TalkSession:
         from duplexctl.talk.keys import KeyReader
 
         keys = KeyReader(self._on_key)
+        tasks: list[asyncio.Task[None]] = []
+        stopper: asyncio.Task[Any] | None = None
+        timer: asyncio.TimerHandle | None = None
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        timer = (
-            loop.call_later(self.config.duration_s, self._request_stop, "duration")
-            if self.config.duration_s is not None
-            else None
-        )
-        self.output.start()
-        self.input.start()
-        self.input_t0 = getattr(self.input, "t0", None) or time.monotonic()
-        if keys.start():
-            self.view.info("keys: Enter ends a push-to-talk turn, c cancels the answer, q quits")
-        tasks = [
-            asyncio.create_task(self._input_loop(), name="talk-input"),
-            asyncio.create_task(self._happening_loop(), name="talk-happenings"),
-            asyncio.create_task(self._ack_loop(), name="talk-acks"),
-        ]
         try:
+            if self.config.duration_s is not None:
+                timer = loop.call_later(self.config.duration_s, self._request_stop, "duration")
+            self.output.start()  # a busy or vanished device: one BadInput line, exit 2
+            self.input.start()
+            self.input_t0 = getattr(self.input, "t0", None) or time.monotonic()
+            if keys.start():
+                self.view.info("keys: Enter ends a push-to-talk turn, c cancels, q quits")
+            tasks = [
+                asyncio.create_task(self._input_loop(), name="talk-input"),
+                asyncio.create_task(self._happening_loop(), name="talk-happenings"),
+                asyncio.create_task(self._ack_loop(), name="talk-acks"),
+            ]
             stopper = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not stopper and not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
-            stopper.cancel()
         finally:
             if timer is not None:
                 timer.cancel()
+            if stopper is not None:
+                stopper.cancel()
             keys.stop()
             self.input.stop()
             for task in tasks:
