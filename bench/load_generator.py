@@ -31,11 +31,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.procstat import CpuWindow  # noqa: E402
+import resource  # noqa: E402
+
 from bench.serve_capacity import free_port, wait_healthy  # noqa: E402
 
 HELD_LAG_MS = 10.0
 WAVS = [str(ROOT / "recordings" / n) for n in ("hello.wav", "followup.wav", "short_ack.wav")]
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of every waited-for child so far (exact, even after the child exited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_load(url: str, n: int, duration: float) -> dict[str, Any]:
@@ -47,8 +54,6 @@ def run_load(url: str, n: int, duration: float) -> dict[str, Any]:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
     )
-    window = CpuWindow(proc.pid)
-    window.start()
     out, err = proc.communicate(timeout=duration + 180)
     if proc.returncode not in (0, 1):
         return {"error": (err.strip().splitlines() or ["?"])[-1]}
@@ -73,11 +78,10 @@ def run_streamer(url: str, n: int, duration: float) -> dict[str, Any]:
         sys.executable, str(HERE / "streamer.py"), "--url", url, "--sessions", str(n),
         "--duration", str(duration), "--ramp", "2", "--uvloop",
     ]  # fmt: skip
+    cpu0, wall0 = children_cpu_s(), time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    window = CpuWindow(proc.pid)
-    window.start()
     out, err = proc.communicate(timeout=duration + 180)
-    cpu, wall = window.stop()
+    cpu, wall = children_cpu_s() - cpu0, time.monotonic() - wall0
     if proc.returncode != 0:
         return {"error": (err.strip().splitlines() or ["?"])[-1]}
     result = json.loads(out.strip().splitlines()[-1])
@@ -124,8 +128,6 @@ def main() -> None:
     try:
         wait_healthy(port, server)
         for n in counts:
-            server_cpu = CpuWindow(server.pid)
-            server_cpu.start()
             load = run_load(url, n, args.duration)
             time.sleep(2)
             floor = run_streamer(url, n, args.duration)

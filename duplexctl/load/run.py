@@ -181,14 +181,18 @@ async def run_step(
     mode = "off" if quiet else Dashboard.choose(json_output=config.json_output, live=config.live)
     dash = Dashboard(mode, title=title)
     t0 = time.monotonic()
+    # the step ends by its own timer (which sets step_stop) or by Ctrl-C (irq.stop)
+    step_stop = asyncio.Event()
+    forward = asyncio.create_task(_forward(irq.stop, step_stop))
     dash.start()
     try:
         if config.workers <= 1:
-            recorder, infos = await _in_process(config, url, irq, out, dash)
+            recorder, infos = await _in_process(config, url, step_stop, out, dash)
         else:
             recorder, infos = await _in_workers(config, url, irq, out, dash)
     finally:
         dash.stop()
+        forward.cancel()
     wall = time.monotonic() - t0
     end_reasons = sorted({i.get("end_reason", "") for i in infos})
     report = build_report(
@@ -206,12 +210,17 @@ async def run_step(
     return report
 
 
+async def _forward(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
+
+
 async def _in_process(
-    config: LoadConfig, url: str, irq: Interrupts, out: Path | None, dash: Dashboard
+    config: LoadConfig, url: str, stop: asyncio.Event, out: Path | None, dash: Dashboard
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     origin = time.monotonic()
     rec = make_recorder(config, origin=origin, out_dir=out)
-    task = asyncio.create_task(drive(config, url=url, origin=origin, stop=irq.stop, recorder=rec))
+    task = asyncio.create_task(drive(config, url=url, origin=origin, stop=stop, recorder=rec))
 
     async def watch() -> None:
         while True:
