@@ -426,6 +426,15 @@ def probe(
     budget_s: Annotated[
         float, typer.Option(help="Time budget: probes that no longer fit are skipped.")
     ] = 120.0,
+    model: Annotated[str | None, typer.Option(help="Model name sent in the session.")] = None,
+    ref_audio: Annotated[
+        str | None,
+        typer.Option(help="Voice clip sent as ref_audio (MiniCPM-o refuses to open without)."),
+    ] = None,
+    session_file: Annotated[
+        str | None,
+        typer.Option("--session", help="JSON merged into every probe's session object."),
+    ] = None,
     list_probes: Annotated[
         bool, typer.Option("--list", help="List the probes and what each catches.")
     ] = False,
@@ -450,7 +459,16 @@ def probe(
         raise BadInput("--max-sessions must be at least 1")
     if disconnect_grace_s is not None and disconnect_grace_s < 0:
         raise BadInput("--disconnect-grace-s must not be negative")
+    from duplexctl.protocol.settings import SessionSettings
+
+    base = SessionSettings.from_options(
+        model=model,
+        ref_audio=ref_audio,
+        instructions="duplexctl probe session",
+        session_file=session_file,
+    )
     config = ProbeConfig(
+        base=base,
         url=url,
         api_key=api_key,
         only=only,

@@ -22,7 +22,7 @@ import base64
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any, Final
 
@@ -71,6 +71,8 @@ class Facts:
     grace_source: str | None = None
     capabilities: dict[str, Any] = field(default_factory=dict)
     embedded: bool = False
+    # what every probe session asks for, on top of probe_settings() (--ref-audio, --session)
+    base: SessionSettings | None = None
 
 
 def describe(frame: dict[str, Any]) -> str:
@@ -199,14 +201,18 @@ def silence(ms: int) -> bytes:
     return bytes(INPUT_RATE * ms // 1000 * 2)
 
 
-def probe_settings(**extra: Any) -> SessionSettings:
+def probe_settings(base: SessionSettings | None = None, **extra: Any) -> SessionSettings:
     """The session every probe opens: client-committed turns (the lane every server has),
-    explicit formats; ``extra`` merges into the session object (e.g. idle_timeout_s)."""
-    return SessionSettings(
-        instructions="duplexctl probe session",
+    explicit formats; ``base`` carries the user's ``--ref-audio`` / ``--session`` (MiniCPM-o
+    refuses to open without a voice clip); ``extra`` merges into the session object last
+    (e.g. idle_timeout_s)."""
+    if base is None:
+        base = SessionSettings(instructions="duplexctl probe session")
+    return replace(
+        base,
         turn_detection="none",
         auto_response=False,
-        extra=dict(extra),
+        extra={**base.extra, **extra},
     )
 
 
@@ -389,7 +395,7 @@ class RawConn:
 
     async def open_session(self, settings: SessionSettings | None = None) -> dict[str, Any]:
         """Send the opening session.update; return session.created (ProbeFailed otherwise)."""
-        obj = (settings or probe_settings()).to_session_object()
+        obj = (settings or probe_settings(self.ctx.facts.base)).to_session_object()
         await self.send(
             {"type": "session.update", "session": obj, "event_id": ids.client_event_id()}
         )
@@ -448,6 +454,10 @@ class ProbeContext:
 
     def note(self, text: str) -> None:
         self.trace.note(text)
+
+    def settings(self, **extra: Any) -> SessionSettings:
+        """The probe session's settings (the user's base + ``extra`` in the session object)."""
+        return probe_settings(self.facts.base, **extra)
 
     def finding(self, text: str) -> None:
         """A measured fact worth printing with the verdict (and noted in the trace)."""
@@ -515,7 +525,7 @@ class ProbeContext:
         try:
             conn = await DuplexConnection.open(
                 self.url,
-                settings or probe_settings(),
+                settings or self.settings(),
                 api_key=self.api_key,
                 timeout=10.0,
                 options=options,
@@ -567,7 +577,7 @@ class ProbeContext:
 
     async def raw_session(self, label: str | None = None, **extra: Any) -> RawConn:
         raw = await self.raw(label)
-        await raw.open_session(probe_settings(**extra) if extra else None)
+        await raw.open_session(self.settings(**extra))
         frame, _ = await raw.recv_until(lambda f: f.get("type") == "session.updated", 5.0)
         if frame is None:
             raise ProbeFailed(f"{raw.label}: no session.updated after session.created")

@@ -23,6 +23,7 @@ from duplexctl.errors import ServerUnreachable
 from duplexctl.probe.context import Facts, ProbeContext, probe_settings
 from duplexctl.probe.model import ProbeFailed, ProbeReport, ProbeResult, ProbeSkipped, Verdict
 from duplexctl.probe.registry import Probe, select
+from duplexctl.protocol.settings import SessionSettings
 
 DEFAULT_BUDGET_S = 120.0
 _CLEANUP_S = 20.0
@@ -38,6 +39,7 @@ class ProbeConfig:
     max_sessions: int | None = None  # the server's admission limit, when the user knows it
     disconnect_grace_s: float | None = None  # the server's disconnect grace, likewise
     budget_s: float = DEFAULT_BUDGET_S
+    base: SessionSettings | None = None  # --ref-audio / --session for every probe session
 
 
 OnResult = Callable[[ProbeResult], None]
@@ -48,7 +50,7 @@ async def _learn_capabilities(url: str, facts: Facts, api_key: str | None) -> No
 
     conn = await DuplexConnection.open(
         url,
-        probe_settings(),
+        probe_settings(facts.base),
         api_key=api_key,
         timeout=15.0,
         options=ConnectionOptions(heartbeat_s=None, auto_resume=False, close_timeout_s=5.0),
@@ -130,7 +132,7 @@ async def run_probes(
 
 
 def _facts(config: ProbeConfig) -> Facts:
-    facts = Facts()
+    facts = Facts(base=config.base)
     if config.max_sessions is not None:
         facts.limit, facts.limit_source = config.max_sessions, "option"
     if config.disconnect_grace_s is not None:

@@ -6,7 +6,7 @@ import asyncio
 import socket
 import time
 
-from duplexctl.probe.context import ProbeContext, RawConn, probe_settings
+from duplexctl.probe.context import ProbeContext, RawConn
 from duplexctl.probe.model import ProbeFailed, ProbeSkipped
 from duplexctl.probe.probes.admission import (
     MAX_LEARNED_LIMIT,
@@ -77,7 +77,7 @@ async def abandoned_handshake(ctx: ProbeContext) -> str:
         # the last free slot: the client sends session.update and vanishes at once
         gone = await ctx.raw("abandon-")
         corked = _cork(gone)
-        obj = probe_settings().to_session_object()
+        obj = ctx.settings().to_session_object()
         await gone.send(
             {"type": "session.update", "session": obj, "event_id": ids.client_event_id()}
         )

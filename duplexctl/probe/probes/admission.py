@@ -34,11 +34,10 @@ class OpenAttempt:
 
 async def attempt_open(ctx: ProbeContext, label: str, *, quiet: bool = False) -> OpenAttempt:
     """Connect and send the opening session.update; admitted or why not."""
-    from duplexctl.probe.context import probe_settings
     from duplexctl.protocol import ids
 
     raw = await ctx.raw(label, quiet=quiet)
-    obj = probe_settings().to_session_object()
+    obj = ctx.settings().to_session_object()
     await raw.send({"type": "session.update", "session": obj, "event_id": ids.client_event_id()})
     frame, t = await raw.recv_until(lambda f: f.get("type") in ("session.created", "error"), 10.0)
     if frame is not None and frame.get("type") == "session.created":

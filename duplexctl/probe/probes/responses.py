@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from duplexctl.probe.context import (
     INPUT_RATE,
@@ -15,7 +16,6 @@ from duplexctl.probe.context import (
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
 from duplexctl.protocol.client_state import AudioDelta, ErrorReceived, ResponseCreated
-from duplexctl.protocol.settings import SessionSettings
 
 DONE_WITHIN_S = 15.0  # a reply's whole length plus margin; the reference reply is 2.3 s
 _LIFECYCLE_VIOLATIONS = frozenset(
@@ -93,9 +93,7 @@ async def _native_case(ctx: ProbeContext, problems: list[str]) -> str:
     every 1000 ms — MiniCPM-o, protocol.md §5), paced in real time. Any append the server
     fails (``runtime_append_*``) while a response it created is open must still end that
     response; on a healthy server this just checks the native lane's responses end."""
-    settings = SessionSettings(
-        instructions="duplexctl probe session", turn_detection="none", auto_response=True
-    )
+    settings = replace(ctx.settings(), auto_response=True)
     pc = await ctx.try_open("native-", settings)
     if pc is None:
         return "native lane: refused by the server (auto_response), not checked"
