@@ -117,6 +117,15 @@ async def test_native_fail_append_every_and_orphan_response() -> None:
     h = await run([Fault("fail-append-every", 31), Fault("orphan-response")])
     assert h.codes() == ["runtime_append_failed"]
     assert h.of("response.created") and not h.of("response.done")
+    # orphan-response on its own: the append the model speaks on fails, the response is
+    # left open; without any fault the same input is answered to the end
+    h = await run([Fault("orphan-response")])
+    assert h.codes() == ["runtime_append_failed"]
+    assert h.of("response.created") and not h.of("response.done")
+    h = await run([])
+    assert h.codes() == []
+    await h.wait_for("response.done")
+    assert h.of("response.done")[0]["response"]["status"] == "completed"
 
 
 def test_load_factor_documented_values() -> None:

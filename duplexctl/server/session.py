@@ -405,7 +405,7 @@ class EngineSession:
             return
         if self._native:
             created = self._native_append(raw, samples, a["hints"], duration_ms)
-            if failing:
+            if failing or (created is not None and self._orphan_on_its_own()):
                 self._append_failed(cmd, created)
             return
         self._turn_append(raw, samples, a["hints"], duration_ms)
@@ -416,8 +416,17 @@ class EngineSession:
             return False
         return self._append_count % int(fault.value) == 0
 
+    def _orphan_on_its_own(self) -> bool:
+        """``orphan-response`` without ``fail-append-every``: the append on which the model
+        decides to speak fails, so the bug is observable with the one fault alone (model-native
+        lane only: in the turn lane responses come from commits, not appends)."""
+        return (
+            self.config.fault("orphan-response") is not None
+            and self.config.fault("fail-append-every") is None
+        )
+
     def _append_failed(self, cmd: translate.Command, created: Response | None) -> None:
-        """An injected runtime append failure (fault ``fail-append-every``).
+        """An injected runtime append failure (``fail-append-every``, or ``orphan-response``).
 
         By default a response created for the failed append is ended with a failed
         response.done so the next utterance can be answered; with ``orphan-response`` it
@@ -425,7 +434,7 @@ class EngineSession:
         """
         self._err(
             "runtime_append_failed",
-            "runtime append failed (injected fault fail-append-every)",
+            "runtime append failed (injected fault)",
             cmd.event_id,
             retryable=False,
         )
