@@ -564,15 +564,7 @@ class EngineSession:
         if verdict is not None:
             if verdict.started is not None:
                 self._speech_started(verdict.started.ms)
-                self._decision(
-                    "barge_in",
-                    "server_vad_speech_started",
-                    duration_ms,
-                    True,
-                    buffer_audio=True,
-                    cancel_reason="turn_detected",
-                )
-                self._barge_in_owned("turn_detected")
+                self._vad_barge_in(duration_ms)
                 self._buf.append(samples)
                 if verdict.stopped is not None:
                     self._vad_commit(_decided(verdict.stopped))
@@ -616,6 +608,19 @@ class EngineSession:
             self._speech_started(hint if hint is not None else 0)
         self._buf.append(samples)
 
+    def _vad_barge_in(self, duration_ms: float) -> None:
+        """Server VAD heard an onset over an answer that owns the turn: announce the barge-in
+        decision and cancel the answer with reason ``turn_detected`` (both lanes, §6.3)."""
+        self._decision(
+            "barge_in",
+            "server_vad_speech_started",
+            duration_ms,
+            True,
+            buffer_audio=True,
+            cancel_reason="turn_detected",
+        )
+        self._barge_in_owned("turn_detected")
+
     def _vad_commit(self, audio_end_ms: float) -> None:
         """Server VAD ended an utterance (turn lane): speech_stopped, auto-commit, response."""
         deferred = self._owns_turn()
@@ -645,15 +650,7 @@ class EngineSession:
             if verdict.started is not None:
                 self._speech_started(verdict.started.ms)
                 if owned:
-                    self._decision(
-                        "barge_in",
-                        "server_vad_speech_started",
-                        duration_ms,
-                        True,
-                        buffer_audio=True,
-                        cancel_reason="turn_detected",
-                    )
-                    self._barge_in_owned("turn_detected")
+                    self._vad_barge_in(duration_ms)
                     owned = False
             if verdict.stopped is not None and self._utterance_item is not None:
                 self._ev(
