@@ -222,6 +222,35 @@ def _open_error(kind: Kind, dev: DeviceInfo, exc: Exception) -> BadInput:
     return BadInput(f"cannot open audio {kind} device {dev.index} ({dev.name}): {text}{hint}")
 
 
+def _open_stream(
+    kind: Kind,
+    dev: DeviceInfo,
+    rate: int,
+    channels: int,
+    block_ms: float,
+    latency: Any,
+    callback: Any,
+) -> Any:
+    """Open and start a float32 callback stream; any PortAudio refusal (busy, vanished,
+    unsupported format) becomes one BadInput line naming the device."""
+    sd = _sd()
+    factory = sd.InputStream if kind == "input" else sd.OutputStream
+    try:
+        stream = factory(
+            device=dev.index,
+            samplerate=rate,
+            channels=channels,
+            dtype="float32",
+            blocksize=max(1, round(rate * block_ms / 1000.0)),
+            latency=latency,
+            callback=callback,
+        )
+        stream.start()
+    except Exception as exc:  # PortAudioError: busy, vanished, unsupported
+        raise _open_error(kind, dev, exc) from exc
+    return stream
+
+
 def _mono_offset(timeinfo: Any) -> float:
     """Seconds to add to a PortAudio stream time to get ``time.monotonic()``."""
     return time.monotonic() - float(timeinfo.currentTime)
@@ -315,20 +344,10 @@ class Microphone:
         if self._stream is not None:
             return
         self._loop = loop or asyncio.get_running_loop()
-        sd = _sd()
-        try:
-            stream = sd.InputStream(
-                device=self.device.index,
-                samplerate=self.device_rate,
-                channels=self.channels,
-                dtype="float32",
-                blocksize=max(1, round(self.device_rate * self.block_ms / 1000.0)),
-                latency=self._latency,
-                callback=self._callback,
-            )
-            stream.start()
-        except Exception as exc:  # PortAudioError: busy, vanished, unsupported
-            raise _open_error("input", self.device, exc) from exc
+        stream = _open_stream(
+            "input", self.device, self.device_rate, self.channels, self.block_ms,
+            self._latency, self._callback,
+        )  # fmt: skip
         self._stream = stream
         self.latency_s = float(stream.latency)
 
@@ -531,20 +550,10 @@ class Speaker:
             with contextlib.suppress(RuntimeError):
                 loop = asyncio.get_running_loop()
         self._loop = loop
-        sd = _sd()
-        try:
-            stream = sd.OutputStream(
-                device=self.device.index,
-                samplerate=self.device_rate,
-                channels=self.channels,
-                dtype="float32",
-                blocksize=max(1, round(self.device_rate * self.block_ms / 1000.0)),
-                latency=self._latency,
-                callback=self._callback,
-            )
-            stream.start()
-        except Exception as exc:  # PortAudioError: busy, vanished, unsupported
-            raise _open_error("output", self.device, exc) from exc
+        stream = _open_stream(
+            "output", self.device, self.device_rate, self.channels, self.block_ms,
+            self._latency, self._callback,
+        )  # fmt: skip
         self._stream = stream
         self.output_latency_s = float(stream.latency)
 
