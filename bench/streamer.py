@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,14 +77,30 @@ SESSION = {
 }
 
 
+#: ``--commit-at-ms``: the client ends each turn (no server VAD), as ``duplexctl load
+#: --turn-detection none`` and the DuplexClient driver do, so the three carry equal traffic.
+COMMIT = '{"type": "input_audio_buffer.commit", "response_create": true}'
+#: The server forces ``playback_commit_policy: ack_only``: an unacknowledged answer keeps the
+#: turn, so a committing client acks once after the answer (as ``load`` does after playout).
+ACK_ALL = '{"type": "playback.ack", "played_ms": 1000000000, "committed_ms": 1000000000}'
+
+
 async def run_session(
-    url: str, frames: list[str], duration_s: float, chunk_ms: int, start_at: float
+    url: str,
+    frames: list[str],
+    duration_s: float,
+    chunk_ms: int,
+    start_at: float,
+    commit_at_ms: float | None = None,
 ) -> SessionStats:
     stats = SessionStats()
-    loop = asyncio.get_running_loop()
-    await asyncio.sleep(max(0.0, start_at - loop.time()))
+    # time.monotonic, not loop.time(): uvloop's clock has 1 ms resolution
+    clock = time.monotonic
+    await asyncio.sleep(max(0.0, start_at - clock()))
+    session = SESSION if commit_at_ms is None else {**SESSION, "turn_detection": None}
+    commit_chunk = None if commit_at_ms is None else int(commit_at_ms // chunk_ms)
     async with connect(url, compression=None, max_size=None, proxy=None, open_timeout=30) as ws:
-        await ws.send(json.dumps({"type": "session.update", "session": SESSION}))
+        await ws.send(json.dumps({"type": "session.update", "session": session}))
         first = json.loads(await ws.recv())
         if first.get("type") != "session.created":
             stats.rejected = str((first.get("error") or {}).get("code", first.get("type")))
@@ -97,28 +114,33 @@ async def run_session(
                 stats.received += 1
                 match = _TYPE_RE.search(raw)
                 kind = match.group(1) if match else None
-                if kind == "input_audio_buffer.speech_stopped":
-                    stopped_at.append(loop.time())
+                if kind == "input_audio_buffer.speech_stopped" and commit_at_ms is None:
+                    stopped_at.append(clock())
                 elif kind == "response.output_audio.delta" and stopped_at:
-                    stats.first_audio_after_stop_ms.append(1000 * (loop.time() - stopped_at.pop()))
+                    stats.first_audio_after_stop_ms.append(1000 * (clock() - stopped_at.pop()))
                 elif kind == "response.done":
                     stats.responses_done += 1
+                    if commit_at_ms is not None:
+                        await ws.send(ACK_ALL)
                 elif kind == "session.closed":
                     closed.set()
                     return
 
         read_task = asyncio.create_task(reader())
-        t0 = loop.time()
+        t0 = clock()
         period = chunk_ms / 1000
         n_chunks = int(duration_s / period)
         for k in range(n_chunks):
             due = t0 + k * period
-            delay = due - loop.time()
+            delay = due - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
             await ws.send(frames[k % len(frames)])
-            stats.send_lag_ms.append(1000 * (loop.time() - due))
+            stats.send_lag_ms.append(1000 * (clock() - due))
             stats.sent += 1
+            if k % len(frames) == commit_chunk:
+                await ws.send(COMMIT)
+                stopped_at.append(clock())
         await ws.send(json.dumps({"type": "session.close"}))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(closed.wait(), 10)
@@ -127,14 +149,19 @@ async def run_session(
 
 
 async def run(
-    url: str, sessions: int, duration_s: float, chunk_ms: int, ramp_s: float, wav: Path
+    url: str,
+    sessions: int,
+    duration_s: float,
+    chunk_ms: int,
+    ramp_s: float,
+    wav: Path,
+    commit_at_ms: float | None = None,
 ) -> dict[str, float]:
     frames = append_frames(wav, chunk_ms, silence_s=2.5)
-    loop = asyncio.get_running_loop()
-    t = loop.time() + 0.1
+    t = time.monotonic() + 0.1
     tasks = [
         asyncio.create_task(
-            run_session(url, frames, duration_s, chunk_ms, t + ramp_s * i / sessions)
+            run_session(url, frames, duration_s, chunk_ms, t + ramp_s * i / sessions, commit_at_ms)
         )
         for i in range(sessions)
     ]
@@ -167,10 +194,24 @@ def main() -> None:
     parser.add_argument("--ramp", type=float, default=5.0, help="seconds to start all sessions")
     parser.add_argument("--wav", type=Path, default=DEFAULT_WAV)
     parser.add_argument("--uvloop", action="store_true")
+    parser.add_argument(
+        "--commit-at-ms",
+        type=float,
+        help="client commits: turn_detection null, commit after the append reaching this "
+        "position of each cycle (e.g. speech end + 200), ack each answer",
+    )
     args = parser.parse_args()
     if not args.url.startswith(("ws://127.", "ws://localhost", "ws://[::1]")):
         raise SystemExit("benchmarks only send traffic to loopback")
-    coro = run(args.url, args.sessions, args.duration, args.chunk_ms, args.ramp, args.wav)
+    coro = run(
+        args.url,
+        args.sessions,
+        args.duration,
+        args.chunk_ms,
+        args.ramp,
+        args.wav,
+        args.commit_at_ms,
+    )
     if args.uvloop:
         import uvloop
 
