@@ -776,7 +776,7 @@ class ClientSession:
 
     def append(
         self,
-        audio: bytes,
+        audio: bytes | str,
         *,
         audio_start_ms: float | None = None,
         audio_end_ms: float | None = None,
@@ -786,10 +786,12 @@ class ClientSession:
         **hints: Any,
     ) -> dict[str, Any]:
         """``input_audio_buffer.append``; the ms fields are the client's media clock
-        (echoed into VAD events), ``hints`` any of §3.2's optional fields."""
+        (echoed into VAD events), ``hints`` any of §3.2's optional fields. ``audio`` is the
+        encoded bytes, or a str already in base64: a load run encodes each chunk of a shared
+        clip once per process, not once per session and append."""
         return self._event(
             "input_audio_buffer.append",
-            audio=base64.b64encode(audio).decode("ascii"),
+            audio=audio if isinstance(audio, str) else base64.b64encode(audio).decode("ascii"),
             format=format,
             sample_rate_hz=sample_rate_hz,
             audio_start_ms=audio_start_ms,

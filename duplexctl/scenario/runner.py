@@ -19,6 +19,17 @@ The steps themselves (:meth:`Replay._run_steps`) only queue speech, wait and inj
 at exact offsets. The runner keeps raw timestamps; :mod:`duplexctl.report.turns` turns them
 into figures. Every exit path (end, Ctrl-C via ``stop``, server gone) closes the session with
 ``session.close`` and leaves complete artefacts.
+
+**Headless** (:class:`Headless`, what ``load`` runs hundreds of in one process): the same
+client core — same appends, marks, playback clocks, acks, truncates and turn times — without
+what only one interactive session can afford. There are no artefacts, trace or progress
+lines unless ``out_dir`` asks for them; clips come decoded and appends come base64-encoded
+from caches shared by every session; each finished turn goes to a callback as soon as its
+figures are final; and there is no ticker task: the microphone, which wakes every
+``chunk_ms`` anyway, sends what the ticker would (acks, truncates, event acks) right after
+each append, so a session costs one timer, not two. A headless run also does not wait for
+what cannot come: an interruption whose answer has already ended is skipped (and counted),
+and a sequenced error that fails a turn ends that turn's wait.
 """
 
 from __future__ import annotations
@@ -36,11 +47,9 @@ from typing import Any, Final
 import numpy as np
 
 from duplexctl import __version__
-from duplexctl.audio import pcm
 from duplexctl.audio.pacer import MicQueue, Pacer
 from duplexctl.audio.pacer import Pace as PacerPace
 from duplexctl.audio.playback import PlaybackClock
-from duplexctl.audio.source import AudioClip, load_audio, speech_bounds
 from duplexctl.client.connection import (
     ConnectionLost,
     ConnectionLostError,
@@ -49,7 +58,6 @@ from duplexctl.client.connection import (
     OpenFailed,
     ResumeFailed,
 )
-from duplexctl.errors import BadInput
 from duplexctl.protocol.client_state import (
     AudioDelta,
     Committed,
@@ -70,8 +78,10 @@ from duplexctl.report.turns import (
     ResumeTimes,
     TurnRecord,
     TurnTimes,
+    compute_turn,
     compute_turns,
 )
+from duplexctl.scenario.clips import AppendCache, SpokenClip, load_clips
 from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import (
     Anchor,
@@ -94,6 +104,9 @@ MS: Final = 1_000_000
 ACK_EVERY_MS: Final = 200.0  # playback.ack cadence while playing (protocol.md §6.5)
 TICK_S: Final = 0.02
 EVENT_ACK_EVERY_S: Final = 0.1
+# headless: the journal needs trimming, not per-event acks (it also drops entries after 60 s,
+# protocol.md "Journal"); half a second keeps it small and sends fewer events per session
+HEADLESS_EVENT_ACK_EVERY_S: Final = 0.5
 REPORT_EVERY_S: Final = 0.5
 BURST_GAP_NS: Final = 10 * MS  # frames closer than this after session.resumed = the replay
 CLOSE_TIMEOUT_S: Final = 5.0
@@ -113,11 +126,7 @@ def _now() -> int:
     return time.monotonic_ns()
 
 
-@dataclass(slots=True)
-class _Clip:
-    audio: AudioClip
-    speech_start_ms: float
-    speech_end_ms: float
+__all__ = ["Headless", "Replay", "ReplayResult", "load_clips", "run_replay"]
 
 
 @dataclass(eq=False)
@@ -134,6 +143,7 @@ class _Turn:
     # a barge-in: the turn this one interrupts, and how (set on the interrupting turn)
     interrupts: _Turn | None = None
     interrupt_kind: Interrupt | None = None
+    interrupted_by: _Turn | None = None  # set on the interrupted turn
     first_audio: asyncio.Event = field(default_factory=asyncio.Event)
     eos_sent: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -183,6 +193,27 @@ class _Resume:
     burst_last_ns: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Headless:
+    """Run as one of many sessions in one process (the module docstring says what changes).
+
+    ``appends`` is shared by every session of the process (its wire format must be the
+    session's); ``on_turn`` receives each turn once, when its figures are final (an
+    interrupted turn waits for its interrupting turn, for ``post_interrupt_ttfa_ms``);
+    ``on_append`` gets (send s, send lag ms) of every append, ``on_audio`` (recv s, audio
+    ms) of every non-empty delta of an answer, ``on_open`` the connection once admitted.
+    """
+
+    appends: AppendCache | None = None
+    on_turn: Callable[[TurnRecord, TurnTimes], None] | None = None
+    on_append: Callable[[float, float], None] | None = None
+    on_audio: Callable[[float, float], None] | None = None
+    on_open: Callable[[DuplexConnection], None] | None = None
+    open_timeout_s: float = 10.0
+    close_timeout_s: float = CLOSE_TIMEOUT_S
+    resume_attempts: int = 5
+
+
 @dataclass(slots=True)
 class ReplayResult:
     """What a run produced; ``exit_code`` follows design.md (130 when interrupted)."""
@@ -203,18 +234,29 @@ class ReplayResult:
         return 0
 
 
-def load_clips(scenario: Scenario, rate: int, wire_format: str) -> dict[Path, _Clip]:
-    """Decode every audio file before connecting: bad audio is exit 2, not a broken run."""
-    clips: dict[Path, _Clip] = {}
-    for path in scenario.audio_files:
-        if path in clips:
-            continue
-        audio = load_audio(path, rate, wire_format=wire_format)
-        bounds = speech_bounds(audio)
-        if bounds is None:
-            raise BadInput(f"{path}: no speech found (energy VAD), so the turn has no end")
-        clips[path] = _Clip(audio, bounds[0], bounds[1])
-    return clips
+def _next_mark(turn: _Turn) -> float:
+    """The earliest user-timeline point (ms) at which the mic still has to stamp ``turn``."""
+    t = turn.times
+    for u, stamped in (
+        (turn.speech_start_u, t.t_speech_start),
+        (turn.speech_end_u, t.t_eos),
+        (turn.commit_u, t.t_commit),
+    ):
+        if u is not None and stamped is None:
+            return u
+    return math.inf
+
+
+async def _first_set(*events: asyncio.Event) -> None:
+    """Return as soon as one of ``events`` is set."""
+    if any(e.is_set() for e in events):
+        return
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
 
 
 class Replay:
@@ -230,7 +272,8 @@ class Replay:
         out_dir: Path | None = None,
         progress: Callable[[str], None] | None = None,
         meta: dict[str, Any] | None = None,
-        clips: dict[Path, _Clip] | None = None,
+        clips: dict[Path, SpokenClip] | None = None,
+        headless: Headless | None = None,
     ) -> None:
         self.scenario = scenario
         self.config = config
@@ -244,6 +287,11 @@ class Replay:
         if clips is None:
             clips = load_clips(scenario, s.input_rate, self.input_format)
         self.clips = clips
+        self.headless = headless
+        appends = headless.appends if headless is not None else None
+        if appends is not None and appends.wire_format != self.input_format:
+            raise ValueError(f"append cache is {appends.wire_format}, not {self.input_format}")
+        self._encode = (appends or AppendCache(self.input_format, limit=0)).encode
         self.origin_ns = _now()
         self.artifacts: RunArtifacts | None = None
         self.conn: DuplexConnection | None = None
@@ -262,6 +310,16 @@ class Replay:
         self.errors: list[dict[str, Any]] = []
         self.problems: list[str] = []
         self.skipped_appends = 0
+        self.unanswered_interruptions = 0  # headless: skipped, the answer had already ended
+        self.completed = False  # every step ran
+        self.steps_begun = 0
+        self.ended_by: str | None = None  # what ended the session early, if anything
+        self._marking: list[_Turn] = []  # turns whose reference points the mic still stamps
+        self._next_mark_ms = math.inf  # no append ending before this can stamp anything
+        self._live_plays: dict[str, _Play] = {}  # plays that may still send something
+        self._last_event_ack = 0.0
+        self._held: list[_Turn] = []  # headless: finished, waiting for their interruption
+        self._reported: set[int] = set()  # headless: turn indexes given to on_turn
         self._log_buffer: list[Happening] | None = []  # recv during open, before the send line
         self._wake = asyncio.Event()
         self._ended = asyncio.Event()
@@ -275,7 +333,16 @@ class Replay:
 
     async def run(self, stop: asyncio.Event | None = None) -> ReplayResult:
         """Open, play every step, close; returns the result (raises OpenFailed on open)."""
+        await self.drive(stop)
+        result = self._result()
+        self._finish_artifacts(report=result.report)
+        return result
+
+    async def drive(self, stop: asyncio.Event | None = None) -> None:
+        """Open, play every step, close (raises OpenFailed on open); builds no report, so
+        a headless session reads what it needs from the runner instead."""
         s = self.config.settings
+        headless = self.headless
         if self.out_dir is not None:
             self.artifacts = RunArtifacts(
                 self.out_dir,
@@ -283,19 +350,25 @@ class Replay:
                 user_rate=s.input_rate,
                 conversation_rate=s.output_rate,
             )
+        close_timeout = CLOSE_TIMEOUT_S if headless is None else headless.close_timeout_s
         options = ConnectionOptions(
             heartbeat_s=None,  # the microphone never stops sending
             ack_interval_s=3600.0,  # session.event_ack is sent (and traced) by the ticker
             ack_batch=1 << 30,
             auto_resume=True,
-            close_timeout_s=CLOSE_TIMEOUT_S,
+            close_timeout_s=close_timeout,
         )
+        open_timeout = max(10.0, self.config.response_timeout_s)
+        if headless is not None:
+            open_timeout = options.open_timeout_s = headless.open_timeout_s
+            options.resume_attempts = headless.resume_attempts
+            options.queue_happenings = False  # listener only: memory stays flat
         try:
             self.conn = await DuplexConnection.open(
                 self.url,
                 s,
                 api_key=self._api_key,
-                timeout=max(10.0, self.config.response_timeout_s),
+                timeout=open_timeout,
                 options=options,
                 listeners=[self._on_happening],
             )
@@ -308,10 +381,11 @@ class Replay:
             self._finish_artifacts(error="interrupted while opening")
             raise
         self._flush_open_log(self.conn)
-        tasks = [
-            asyncio.create_task(self._mic_loop(), name="replay-mic"),
-            asyncio.create_task(self._ticker(), name="replay-ticker"),
-        ]
+        if headless is not None and headless.on_open is not None:
+            headless.on_open(self.conn)
+        tasks = [asyncio.create_task(self._mic_loop(), name="replay-mic")]
+        if headless is None:
+            tasks.append(asyncio.create_task(self._ticker(), name="replay-ticker"))
         steps = asyncio.create_task(self._run_steps(), name="replay-steps")
         waiters = {steps, asyncio.create_task(self._ended.wait())}
         if stop is not None:
@@ -325,6 +399,8 @@ class Replay:
                     self.problems.append("the session ended before the scenario did")
             elif steps.exception() is not None:
                 raise steps.exception()  # type: ignore[misc]
+            else:
+                self.completed = True
         except asyncio.CancelledError:
             self._interrupted = True  # Ctrl-C without a stop event: still close and save
         finally:
@@ -335,16 +411,13 @@ class Replay:
                     await task
             self._closing = True
             with contextlib.suppress(BaseException):
-                await asyncio.shield(self.conn.close(timeout=CLOSE_TIMEOUT_S))
+                await asyncio.shield(self.conn.close(timeout=close_timeout))
             t_close = self.conn.timings.t_close_sent_ns
             if self.artifacts is not None and t_close is not None:  # sent by the connection
                 close_event = {"type": "session.close", "reason": "client_close"}
                 self.artifacts.event("send", t_close, close_event)
             self._flush_heard(final=True)
             self._status = "interrupted" if self._interrupted else "finished"
-        result = self._result()
-        self._finish_artifacts(report=result.report)
-        return result
 
     def _finish_artifacts(
         self,
@@ -392,10 +465,18 @@ class Replay:
     # -- microphone --------------------------------------------------------------------------
 
     async def _mic_loop(self) -> None:
+        """Append on schedule; per append O(1) work unless a reference point is due.
+
+        Headless, the loop is also the session's only timer: after each append it does
+        what the ticker does (:meth:`_service`), at most ``chunk_ms`` late.
+        """
         assert self.conn is not None
         cs = self.conn.session
         chunk_ms = self.config.chunk_ms
         fast = self.config.pace is Pace.FAST
+        encode = self._encode
+        headless = self.headless
+        on_append = headless.on_append if headless is not None else None
         while True:
             chunk = await self.pacer.next_chunk()
             if chunk is None:
@@ -405,23 +486,33 @@ class Replay:
                 if fast:
                     await asyncio.sleep(chunk_ms / 1000)
                 continue
-            data = pcm.encode(chunk.samples, self.input_format)
-            event = cs.append(data, duration_ms=chunk_ms, audio_end_ms=int(chunk.audio_end_ms))
+            event = cs.append(
+                encode(chunk.samples, chunk.silent),
+                duration_ms=chunk_ms,
+                audio_end_ms=int(chunk.audio_end_ms),
+            )
             sent = await self._send(event)
             if sent is None:
                 self.skipped_appends += 1
                 continue
-            self.pacer.record_send(chunk, sent / NS)
+            lag_ms = self.pacer.record_send(chunk, sent / NS)
+            if on_append is not None:
+                on_append(sent / NS, lag_ms)
             if self.artifacts is not None:
                 self.artifacts.user_audio(chunk.samples, sent)
-            await self._marks(chunk.audio_start_ms, chunk.audio_end_ms, sent)
+            if chunk.audio_end_ms >= self._next_mark_ms:
+                await self._marks(chunk.audio_start_ms, chunk.audio_end_ms, sent)
+            if headless is not None:
+                now_s = _now() / NS
+                if self._live_plays or now_s - self._last_event_ack >= HEADLESS_EVENT_ACK_EVERY_S:
+                    await self._service(now_s, HEADLESS_EVENT_ACK_EVERY_S)
             if fast and chunk.silent:
                 await asyncio.sleep(chunk_ms / 1000)  # silence flows like a real microphone
 
     async def _marks(self, start_ms: float, end_ms: float, sent: int) -> None:
         """Stamp reference points carried by the append ``[start_ms, end_ms)`` sent at ``sent``."""
         assert self.conn is not None
-        for turn in [t for t in self.turns if t.marks_pending]:
+        for turn in [t for t in self._marking if t.marks_pending]:
             t = turn.times
             start_u = turn.speech_start_u
             if t.t_speech_start is None and start_u is not None and end_ms > start_u:
@@ -434,6 +525,8 @@ class Replay:
             if t.t_commit is None and turn.commit_u is not None and end_ms >= turn.commit_u:
                 commit_sent = await self._send(self.conn.session.commit(response_create=True))
                 t.t_commit = commit_sent or _now()
+        self._marking = [t for t in self._marking if t.marks_pending]
+        self._next_mark_ms = min((_next_mark(t) for t in self._marking), default=math.inf)
 
     async def _interrupt(self, turn: _Turn, speech_sent: int) -> None:
         """A barge-in's speech onset went out: stamp t_bi, send the explicit interrupt if any."""
@@ -460,15 +553,16 @@ class Replay:
     def _handle(self, h: Happening) -> None:
         if self._log_buffer is not None:
             self._log_buffer.append(h)
-        else:
+        elif self.artifacts is not None:
             self._log_recv(h)
-        self._count_burst(h)
-        if isinstance(h, ResponseCreated):
+        if self.resumes:
+            self._count_burst(h)
+        if isinstance(h, AudioDelta):  # the most frequent, so first (the types exclude each other)
+            self._audio(h)
+        elif isinstance(h, ResponseCreated):
             self._assign(h.response_id)
             if self.artifacts is not None:
                 self.artifacts.response_started(h.response_id, self.config.settings.output_rate)
-        elif isinstance(h, AudioDelta):
-            self._audio(h)
         elif isinstance(h, ResponseDone):
             self._response_done(h)
         elif isinstance(h, Listen) and h.response_id is not None:
@@ -480,8 +574,7 @@ class Replay:
             if turn is not None:
                 turn.listened = True
                 turn.done.set()
-                turn.finished.set()
-                self._report_dirty = True
+                self._finish(turn)
         elif isinstance(h, ErrorReceived):
             err = h.error
             self.errors.append(
@@ -490,12 +583,17 @@ class Replay:
             turn = self._awaiting(need_eos=False)
             if turn is not None and err.code not in _NOT_TURN_ERRORS and turn.response_id is None:
                 turn.times.error = err.code
+                if self.headless is not None and h.seq is not None:
+                    turn.done.set()  # the server failed the turn: no answer will come
+                    self._finish(turn)
         elif isinstance(h, SessionClosed | SessionExpired):
             if not self._closing:
                 self.problems.append(f"server ended the session: {h.type} ({h.reason})")
+                self.ended_by = h.type + (f": {h.reason}" if h.reason else "")
             self._ended.set()
         elif isinstance(h, ConnectionLost) and not h.resuming:
             self.problems.append(f"connection lost: {h.reason}")
+            self.ended_by = self.ended_by or f"connection lost: {h.reason}"
             self._ended.set()
         self._wake.set()
 
@@ -541,9 +639,10 @@ class Replay:
         if play is None:
             play = _Play(h.response_id, turn, PlaybackClock(self.config.prebuffer_ms))
             self.plays[h.response_id] = play
+            self._live_plays[h.response_id] = play
         now_s = h.recv_ns / NS
         duration = h.audio_end_ms - h.audio_start_ms
-        if not play.flushed and duration > 0 and h.pcm:
+        if self.artifacts is not None and not play.flushed and duration > 0 and h.pcm:
             due = play.clock.due_time()
             prebuffer_s = self.config.prebuffer_ms / 1000
             start = now_s + prebuffer_s if due is None else max(due, now_s)
@@ -554,6 +653,9 @@ class Replay:
             self.artifacts.response_audio(h.response_id, h.pcm, h.sample_rate_hz)
         if duration > 0 and not turn.first_audio.is_set() and (turn.frozen_ns is None):
             turn.first_audio.set()
+        on_audio = self.headless.on_audio if self.headless is not None else None
+        if on_audio is not None and duration > 0:
+            on_audio(now_s, duration)
 
     def _response_done(self, h: ResponseDone) -> None:
         turn = self._assign(h.response_id)
@@ -566,7 +668,7 @@ class Replay:
             play.truncate_due = play.clock.received_ms > 0
         turn.done.set()
         if play is None or play.flushed or play.clock.received_ms <= 0:
-            turn.finished.set()
+            self._finish(turn)
         self._report_dirty = True
 
     def _flush_play(self, turn: _Turn, at_ns: int) -> None:
@@ -599,28 +701,46 @@ class Replay:
     # -- ticker: acks, truncates, event acks, conversation audio, report ---------------------
 
     async def _ticker(self) -> None:
-        assert self.conn is not None
-        cs = self.conn.session
-        last_event_ack = last_report = 0.0
+        last_report = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(TICK_S):
                     await self._wake.wait()
             self._wake.clear()
             now_s = _now() / NS
-            for play in list(self.plays.values()):
-                await self._tick_play(play, now_s)
-            if now_s - last_event_ack >= EVENT_ACK_EVERY_S:
-                last_event_ack = now_s
-                seq = cs.pending_ack()
-                if seq is not None and await self._send(cs.event_ack(seq)) is not None:
-                    cs.mark_acked(seq)
+            await self._service(now_s, EVENT_ACK_EVERY_S)
             if self._report_dirty and now_s - last_report >= REPORT_EVERY_S:
                 last_report = now_s
                 self._report_dirty = False
                 self._emit_finished_turns()
                 if self.artifacts is not None:
                     self.artifacts.write_report(self._report())
+
+    async def _service(self, now_s: float, event_ack_every_s: float) -> None:
+        """Send what the playback clocks and the journal are owed by ``now_s``: acks and
+        truncates of the plays that may still need one, then a due ``session.event_ack``."""
+        assert self.conn is not None
+        cs = self.conn.session
+        if self._live_plays:
+            for play in list(self._live_plays.values()):
+                await self._tick_play(play, now_s)
+                if self._spent(play):
+                    del self._live_plays[play.response_id]
+        if now_s - self._last_event_ack >= event_ack_every_s:
+            self._last_event_ack = now_s
+            seq = cs.pending_ack()
+            if seq is not None and await self._send(cs.event_ack(seq)) is not None:
+                cs.mark_acked(seq)
+
+    def _spent(self, play: _Play) -> bool:
+        """Nothing is left to send for ``play``: its final ack or its truncate went out, or
+        it was flushed and its response ended with nothing to truncate."""
+        if play.final_sent or play.truncated:
+            return True
+        if not play.flushed or play.truncate_due or self.conn is None:
+            return False
+        track = self.conn.session.responses.get(play.response_id)
+        return track is not None and track.done
 
     async def _tick_play(self, play: _Play, now_s: float) -> None:
         assert self.conn is not None
@@ -651,8 +771,7 @@ class Replay:
             if await self._send(cs.playback_ack(rid, final)) is not None:
                 play.final_sent = True
                 if play.turn is not None:
-                    play.turn.finished.set()
-                    self._report_dirty = True
+                    self._finish(play.turn)
         elif played - play.acked_ms >= ACK_EVERY_MS and (
             await self._send(cs.playback_ack(rid, played)) is not None
         ):
@@ -681,6 +800,40 @@ class Replay:
             if not play.flushed:
                 self._write_heard(play, now_s)
 
+    def _finish(self, turn: _Turn) -> None:
+        """The turn's answer is over (played out, flushed, refused or timed out)."""
+        turn.finished.set()
+        self._report_dirty = True
+        if self.headless is not None and self.headless.on_turn is not None:
+            if turn.index not in self._reported and turn not in self._held:
+                self._held.append(turn)
+            self._report_turns(self.headless.on_turn)
+
+    def _report_turns(self, on_turn: Callable[[TurnRecord, TurnTimes], None]) -> None:
+        """Hand finished turns to ``on_turn`` once each; an interrupted turn waits until
+        its interrupting turn is finished too (``post_interrupt_ttfa_ms`` needs it)."""
+        for turn in list(self._held):
+            nxt = turn.interrupted_by
+            if nxt is not None and not nxt.finished.is_set():
+                continue
+            self._held.remove(turn)
+            self._reported.add(turn.index)
+            times = self._times(turn)
+            by_index = {turn.index: times}
+            if nxt is not None:
+                by_index[nxt.index] = self._times(nxt)
+            on_turn(compute_turn(times, by_index), times)
+
+    @property
+    def interrupted(self) -> bool:
+        """The run was stopped (the ``stop`` event, or Ctrl-C) before its steps were done."""
+        return self._interrupted
+
+    @property
+    def unreported_turns(self) -> int:
+        """Headless: turns never handed to ``on_turn`` (cut by the end of the session)."""
+        return len(self.turns) - len(self._reported)
+
     def _emit_finished_turns(self) -> None:
         emitted = self._emitted
         done = [t for t in self.turns if t.finished.is_set() and t.index not in emitted]
@@ -707,12 +860,14 @@ class Replay:
         """Queue ``path`` on the microphone as a new turn; the mic stamps its points."""
         clip = self.clips[path]
         turn = self._new_turn(step=step, source=path.name)
-        placement = self.mic.play(clip.audio.samples)
+        placement = self.mic.play(clip.clip.samples)
         turn.speech_start_u = placement.start_ms + clip.speech_start_ms
         turn.speech_end_u = placement.start_ms + clip.speech_end_ms
         do_commit = commit if commit is not None else self.config.end_mode is TurnEnd.COMMIT
         if do_commit:
             turn.commit_u = turn.speech_end_u + tail_ms
+        self._marking.append(turn)
+        self._next_mark_ms = min(self._next_mark_ms, _next_mark(turn))
         return turn
 
     def _latest(self) -> _Turn | None:
@@ -721,6 +876,7 @@ class Replay:
 
     async def _run_steps(self) -> None:
         for step in self.scenario.steps:
+            self.steps_begun += 1
             turn = await self._step(step)
             self.step_turn[step.index] = turn
             self._report_dirty = True
@@ -754,18 +910,28 @@ class Replay:
         raise AssertionError(f"unknown step {step!r}")
 
     async def _anchor(self, step: BargeIn | Cancel | Drop, target: _Turn | None) -> bool:
-        """Sleep until ``after_ms`` past the step's anchor; False if the anchor never came."""
+        """Sleep until ``after_ms`` past the step's anchor; False if the anchor never came.
+
+        Headless, also False (and counted) when the answer is over by then: under load an
+        answer may end early, and interrupting a finished answer measures nothing.
+        """
         start = _now()
+        headless = self.headless is not None
         if step.anchor is Anchor.FIRST_AUDIO and target is not None:
             try:
                 async with asyncio.timeout(self.config.response_timeout_s):
-                    await target.first_audio.wait()
+                    if headless:
+                        await _first_set(target.first_audio, target.done)
+                    else:
+                        await target.first_audio.wait()
             except TimeoutError:
                 self.problems.append(
                     f"step {step.index}: {type(step).__name__.lower()}: the answer never "
                     f"started (no audio within {self.config.response_timeout_s:g} s)"
                 )
                 return False
+            if not target.first_audio.is_set():
+                return False  # headless: answered without audio, nothing to interrupt
             assert target.response_id is not None
             track = self.conn.session.responses.get(target.response_id) if self.conn else None
             if track is not None and track.first_audio_ns is not None:
@@ -773,6 +939,9 @@ class Replay:
         delay = (start + step.after_ms * MS - _now()) / NS
         if delay > 0:
             await asyncio.sleep(delay)
+        if headless and target is not None and target.done.is_set():
+            self.unanswered_interruptions += 1
+            return False
         return True
 
     def _interrupt_kind(self, step: BargeIn) -> Interrupt:
@@ -791,6 +960,7 @@ class Replay:
         if target is not None:
             turn.interrupts = target
             turn.interrupt_kind = self._interrupt_kind(step)
+            target.interrupted_by = turn
         return target
 
     async def _cancel(self, step: Cancel) -> _Turn | None:
@@ -857,6 +1027,7 @@ class Replay:
                 },
             )
         if rt.outcome != "resumed":
+            self.ended_by = self.ended_by or f"resume failed: {rt.outcome}"
             self._ended.set()
         return target
 
@@ -873,8 +1044,7 @@ class Replay:
         except TimeoutError:
             turn.frozen_ns = _now()
             turn.times.timed_out = True
-            turn.finished.set()
-            self._report_dirty = True
+            self._finish(turn)
 
     async def _drain(self) -> None:
         """After the last step: let answers that are still running end (bounded)."""
@@ -1063,8 +1233,8 @@ async def run_replay(
     settings = config.settings
     clips = load_clips(scenario, settings.input_rate, settings.input_format_canonical)
     for clip in clips.values():
-        if clip.audio.conversion:
-            say(clip.audio.conversion)
+        if clip.clip.conversion:
+            say(clip.clip.conversion)
     if handle_sigint:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
