@@ -37,7 +37,7 @@ from duplexctl.load.recorder import Recorder
 from duplexctl.load.script import AppendCache, Script, build_script
 from duplexctl.load.session import LoadSession, SessionRecord
 from duplexctl.protocol.settings import SessionSettings
-from duplexctl.scenario.model import TurnEnd
+from duplexctl.scenario.config import ReplayConfig, end_mode_of
 
 CLOSED_SPREAD_S: Final = 2.0
 BACKOFF_MIN_S: Final = 0.25
@@ -46,14 +46,15 @@ BACKOFF_MAX_S: Final = 4.0
 
 @dataclass(slots=True)
 class Plan:
-    """Resolved once per process: what to say, how to open sessions, how turns end."""
+    """Resolved once per process: what to say, and the runner config every session uses
+    (how to open sessions, how turns end, pacing, playback, timeouts)."""
 
     script: Script
-    settings: SessionSettings
-    end_mode: TurnEnd
-    chunk_ms: int
-    prebuffer_ms: float
-    response_timeout_s: float
+    replay: ReplayConfig
+
+    @property
+    def settings(self) -> SessionSettings:
+        return self.replay.settings
 
 
 def make_plan(config: LoadConfig, script: Script | None = None) -> Plan:
@@ -80,20 +81,14 @@ def make_plan(config: LoadConfig, script: Script | None = None) -> Plan:
     )
     if sc.session:
         settings = settings.with_extra(dict(sc.session))
-    if auto_response:
-        end_mode = TurnEnd.MODEL
-    elif turn_detection == "server_vad" and not sc.commit:
-        end_mode = TurnEnd.VAD
-    else:
-        end_mode = TurnEnd.COMMIT
-    return Plan(
-        script=script,
+    replay = ReplayConfig(
         settings=settings,
-        end_mode=end_mode,
+        end_mode=end_mode_of(turn_detection, auto_response, bool(sc.commit)),
         chunk_ms=sc.chunk_ms or config.chunk_ms,
         prebuffer_ms=sc.prebuffer_ms if sc.prebuffer_ms is not None else config.prebuffer_ms,
         response_timeout_s=sc.response_timeout_s or config.response_timeout_s,
     )
+    return Plan(script=script, replay=replay)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
@@ -126,7 +121,7 @@ class Driver:
         self.plan = plan
         self.stop = stop
         self.worker = worker
-        self.cache = AppendCache()
+        self.appends = AppendCache(plan.settings.input_format_canonical)
         seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**32)
         self.seed = seed
         self.rng = random.Random(seed)
@@ -154,17 +149,13 @@ class Driver:
         record.t_scheduled = scheduled
         return LoadSession(
             url=self.url,
-            settings=p.settings,
+            config=p.replay,
             script=p.script,
             record=record,
             sink=self.recorder,
             mix=c.mix,
             rng=random.Random(self.rng.random()),
-            cache=self.cache,
-            end_mode=p.end_mode,
-            chunk_ms=p.chunk_ms,
-            prebuffer_ms=p.prebuffer_ms,
-            response_timeout_s=p.response_timeout_s,
+            appends=self.appends,
             open_timeout_s=c.open_timeout_s,
             close_timeout_s=c.close_timeout_s,
             api_key=c.api_key,

@@ -6,11 +6,10 @@ With no inputs, the bundled recordings are spoken one turn each (``interrupt.wav
 for barge-ins).
 
 Audio is decoded, converted to the session rate and its speech bounds measured **once**
-here, before the first session starts: hundreds of sessions then share the same read-only
-sample arrays, and a bad file fails the run with exit code 2 instead of failing sessions.
-Appends of the same clip at the same offset are base64-encoded once (:class:`AppendCache`):
-at 300 sessions × 10 appends/s the encoding would otherwise be a visible part of the send
-path.
+here, before the first session starts (:mod:`duplexctl.scenario.clips`, as ``replay`` does):
+hundreds of sessions then share the same read-only sample arrays, and a bad file fails the
+run with exit code 2 instead of failing sessions. The appends cut from them are
+base64-encoded once per process by the :class:`AppendCache` each session's runner is given.
 """
 
 from __future__ import annotations
@@ -19,55 +18,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import numpy as np
-
-from duplexctl.audio import manifest, pcm
-from duplexctl.audio.source import AudioClip, load_audio, speech_bounds
+from duplexctl.audio import manifest
 from duplexctl.errors import BadInput
+from duplexctl.scenario.clips import AppendCache, SpokenClip, spoken_clip
 from duplexctl.scenario.model import BargeIn, Say, Scenario, Wait
 from duplexctl.scenario.parse import from_audio_files, load_inputs
+
+__all__ = ["AppendCache", "Script", "build_script", "bundled_scenario", "plain_steps"]
 
 INPUT_RATE: Final = 16000
 BARGE_IN_CLIP: Final = "interrupt.wav"
 
 
 @dataclass(frozen=True, slots=True)
-class Utterance:
-    """A decoded clip and where its speech starts and ends (ms from the start of the file)."""
-
-    clip: AudioClip
-    speech_start_ms: float
-    speech_end_ms: float
-
-    @property
-    def name(self) -> str:
-        return self.clip.name
-
-
-@dataclass(frozen=True, slots=True)
 class Script:
-    """The scenario every session runs, with its audio preloaded."""
+    """The scenario every session runs, with its audio preloaded.
+
+    ``clips`` holds every file a session may speak, the ``--mix barge_in`` clip
+    (``interrupt_path``) last, so a session's runner finds all of them in one dict.
+    """
 
     scenario: Scenario
-    clips: dict[Path, Utterance]
-    interrupt: Utterance  # spoken by --mix barge_in
+    clips: dict[Path, SpokenClip]
+    interrupt: SpokenClip  # spoken by --mix barge_in
     conversions: tuple[str, ...]
-
-    def utterance(self, path: Path) -> Utterance:
-        return self.clips[path]
+    interrupt_path: Path
 
     @property
     def turns(self) -> int:
         """User turns per pass of the scenario (each say or barge_in opens one)."""
         return sum(isinstance(s, Say | BargeIn) for s in self.scenario.steps)
-
-
-def _utterance(path: Path, rate: int) -> Utterance:
-    clip = load_audio(path, rate)
-    bounds = speech_bounds(clip)
-    if bounds is None:
-        raise BadInput(f"{path}: no speech found (t_eos would be undefined)")
-    return Utterance(clip, bounds[0], bounds[1])
 
 
 def bundled_scenario() -> Scenario:
@@ -89,47 +69,17 @@ def build_script(inputs: list[str], *, rate: int = INPUT_RATE) -> Script:
     scenario = load_inputs([Path(p) for p in inputs]) if inputs else bundled_scenario()
     if not any(isinstance(s, Say | BargeIn) for s in scenario.steps):
         raise BadInput(f"{scenario.name}: the scenario says nothing (no say or barge_in step)")
-    clips: dict[Path, Utterance] = {}
+    clips: dict[Path, SpokenClip] = {}
     for path in scenario.audio_files:
         if path not in clips:
-            clips[path] = _utterance(path, rate)
-    interrupt = _utterance(manifest.recording_path(BARGE_IN_CLIP), rate)
+            clips[path] = spoken_clip(path, rate)
     conversions = tuple(u.clip.conversion for u in clips.values() if u.clip.conversion)
-    return Script(scenario, clips, interrupt, conversions)
+    interrupt_path = manifest.recording_path(BARGE_IN_CLIP)
+    if interrupt_path not in clips:
+        clips[interrupt_path] = spoken_clip(interrupt_path, rate)
+    return Script(scenario, clips, clips[interrupt_path], conversions, interrupt_path)
 
 
 def plain_steps(scenario: Scenario) -> bool:
     """True when the scenario is only say/wait steps (mix behaviours apply to its turns)."""
     return all(isinstance(s, Say | Wait) for s in scenario.steps)
-
-
-class AppendCache:
-    """base64 PCM16 of chunks, computed once per (clip view, length) and shared.
-
-    A chunk that is a view into a preloaded clip is identified by its data address and
-    length (the clips live as long as the process, so the address is stable); silence by
-    its length. Assembled chunks (a clip edge inside the chunk) are encoded each time.
-    """
-
-    def __init__(self, limit: int = 20_000) -> None:
-        self._views: dict[tuple[int, int], str] = {}
-        self._silence: dict[int, str] = {}
-        self._limit = limit
-
-    def encode(self, samples: np.ndarray, silent: bool) -> str:
-        if silent:
-            found = self._silence.get(samples.size)
-            if found is None:
-                found = self._silence[samples.size] = pcm.b64encode(
-                    pcm.float_to_pcm16(np.zeros(samples.size, dtype=np.float32))
-                )
-            return found
-        if samples.flags.owndata:
-            return pcm.b64encode(pcm.float_to_pcm16(samples))
-        key = (samples.__array_interface__["data"][0], samples.size)
-        found = self._views.get(key)
-        if found is None:
-            found = pcm.b64encode(pcm.float_to_pcm16(samples))
-            if len(self._views) < self._limit:
-                self._views[key] = found
-        return found
