@@ -361,6 +361,35 @@ async def test_response_cancel_cuts_item_and_fences_epoch() -> None:
     assert len(h.events) == count + 1  # unknown name while idle: no reply
 
 
+async def test_truncate_after_cancel_is_a_truncating_ack() -> None:
+    """As on vLLM-Omni 0.30.0 (peer, recordings/cancel.toml): after response.cancel the
+    client truncates to what it heard and gets conversation.item.truncated plus a truncating
+    playback.acknowledged — no error — while the cancelled reply no longer owns the turn
+    (later silence gets listen beats, not overlap decisions)."""
+    h = await opened(realtime_factor=1.0)
+    await speak(h)
+    await h.send({"type": "input_audio_buffer.commit", "response_create": True})
+    await h.wait_for("response.output_audio.delta", 2)
+    rid = h.of("response.created")[0]["response_id"]
+    await h.send({"type": "playback.ack", "response_id": rid, "played_ms": 100})
+    await h.send({"type": "response.cancel", "response_id": rid})
+    count = len(h.events)
+    await h.send(
+        {"type": "conversation.item.truncate", "item_id": f"item_{rid}", "audio_end_ms": 300}
+    )
+    after = h.events[count:]
+    assert [e["type"] for e in after] == ["conversation.item.truncated", "playback.acknowledged"]
+    ack = after[1]["event"]
+    assert ack["truncate"] is True and ack["played_ms"] == 300 and ack["committed_ms"] == 300
+    await h.send({"type": "input_audio_buffer.append", "audio": pcm16(100)})
+    assert h.events[-1]["type"] == "response.listen"
+    # the record is gone once truncated: a second truncate finds nothing
+    await h.send(
+        {"type": "conversation.item.truncate", "item_id": f"item_{rid}", "audio_end_ms": 200}
+    )
+    assert h.codes()[-1] == "playback_item_not_found"
+
+
 async def test_response_cancel_nothing_started() -> None:
     h = await opened()
     await h.send({"type": "response.cancel"})

@@ -182,6 +182,10 @@ class EngineSession:
         self._last_response: Response | None = None
         self._responses: dict[str, Response] = {}
         self._playback: dict[str, Response] = {}
+        # cancelled replies whose audio was not fully acknowledged: they no longer own the
+        # turn, but stay addressable so the client can truncate to (or ack) what was heard,
+        # as on vLLM-Omni 0.30.0 (truncate after cancel -> truncated + truncating ack)
+        self._cancelled_playback: dict[str, Response] = {}
         self._gate_stuck = False
 
     # --- contract -------------------------------------------------------------------------
@@ -1025,8 +1029,8 @@ class EngineSession:
         if not assistant:
             return
         rid = item_id[5:]
-        record = self._playback.get(rid)
-        if record is None or record.released:
+        record = self._addressable(rid)
+        if record is None:
             self._err(
                 "playback_item_not_found", f"No assistant response item is registered for {rid}."
             )
@@ -1035,6 +1039,7 @@ class EngineSession:
         record.ledger.committed_ms = end_ms
         record.released = True
         self._playback.pop(rid, None)
+        self._cancelled_playback.pop(rid, None)
         self._acknowledged(record, truncate=True, history_committed=True)
 
     # --- responses -------------------------------------------------------------------------
@@ -1365,6 +1370,8 @@ class EngineSession:
         )
         self._ev("rate_limits.updated", rate_limits=[])
         self._release(r)
+        if r.ledger.committed_ms < r.ledger.sent_ms:
+            self._cancelled_playback[r.id] = r
         self._deferred.clear()
         self.turn_state = "idle"
 
@@ -1504,11 +1511,14 @@ class EngineSession:
                 )
                 return
             rid = open_records[0].id
-        record = self._playback.get(rid)
-        if record is None or record.released:
+        record = self._addressable(rid)
+        if record is None:
             self._err(
                 "playback_item_not_found", f"No assistant response item is registered for {rid}."
             )
+            return
+        if rid in self._cancelled_playback:
+            self._ack_cancelled(record, a["played_ms"], a["committed_ms"])
             return
         if record.superseded:
             self._err(
@@ -1524,6 +1534,25 @@ class EngineSession:
             if self._active is None and self.turn_state == "assistant_playing":
                 self.turn_state = "idle"
         self._acknowledged(record, truncate=False, history_committed=done)
+
+    def _addressable(self, rid: str) -> Response | None:
+        """The playback record an ack or truncate may name: an unreleased reply, or a
+        cancelled one whose audio was not fully acknowledged."""
+        record = self._playback.get(rid)
+        if record is not None and not record.released:
+            return record
+        return self._cancelled_playback.get(rid)
+
+    def _ack_cancelled(self, r: Response, played_ms: float, committed_ms: float) -> None:
+        """A plain ack for a cancelled reply: monotonic, and the record goes once everything
+        sent is acknowledged. It never touches the turn (the reply no longer owns it)."""
+        ledger = r.ledger
+        ledger.played_ms = max(ledger.played_ms, played_ms)
+        ledger.committed_ms = max(ledger.committed_ms, committed_ms)
+        done = ledger.committed_ms >= ledger.sent_ms
+        if done:
+            self._cancelled_playback.pop(r.id, None)
+        self._acknowledged(r, truncate=False, history_committed=done)
 
     def _acknowledged(self, r: Response, *, truncate: bool, history_committed: bool) -> None:
         ledger = r.ledger
