@@ -462,6 +462,16 @@ class Replay:
             self.artifacts.event("send", sent, event)
         return sent
 
+    async def _send_text(self, text: str) -> int | None:
+        """:meth:`_send` for an event already encoded (only used when nothing is traced)."""
+        conn = self.conn
+        if conn is None or not conn.connected:
+            return None
+        try:
+            return await conn.send_text(text)
+        except ConnectionLostError:
+            return None
+
     # -- microphone --------------------------------------------------------------------------
 
     async def _mic_loop(self) -> None:
@@ -477,6 +487,9 @@ class Replay:
         encode = self._encode
         headless = self.headless
         on_append = headless.on_append if headless is not None else None
+        # with nothing to trace, appends go out as pre-formatted text (no dict, no orjson)
+        text_only = self.artifacts is None and type(chunk_ms) is int
+        append_text = cs.append_text
         while True:
             chunk = await self.pacer.next_chunk()
             if chunk is None:
@@ -486,12 +499,21 @@ class Replay:
                 if fast:
                     await asyncio.sleep(chunk_ms / 1000)
                 continue
-            event = cs.append(
-                encode(chunk.samples, chunk.silent),
-                duration_ms=chunk_ms,
-                audio_end_ms=int(chunk.audio_end_ms),
-            )
-            sent = await self._send(event)
+            if text_only:
+                sent = await self._send_text(
+                    append_text(
+                        encode(chunk.samples, chunk.silent),
+                        audio_end_ms=int(chunk.audio_end_ms),
+                        duration_ms=chunk_ms,
+                    )
+                )
+            else:
+                event = cs.append(
+                    encode(chunk.samples, chunk.silent),
+                    duration_ms=chunk_ms,
+                    audio_end_ms=int(chunk.audio_end_ms),
+                )
+                sent = await self._send(event)
             if sent is None:
                 self.skipped_appends += 1
                 continue
