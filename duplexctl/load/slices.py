@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from duplexctl.report.histogram import HistogramSet
 
 PHASES: tuple[str, ...] = ("warmup", "ramp", "steady")
@@ -204,6 +206,25 @@ class TimeSlicer:
             return
         self.slice_at(t).histograms.record(name, value)
         self.phases[self.phase_of(t)].record(name, value)
+
+    def add_figures(self, ts: np.ndarray, name: str, values: np.ndarray) -> None:
+        """Many samples of one figure at once: exactly what :meth:`add_figure` per
+        ``(t, value)`` pair would record (same slice and phase arithmetic, same buckets),
+        for figures too frequent to record one by one (send lag: every append)."""
+        ts = np.asarray(ts, dtype=np.float64)
+        values = np.asarray(values, dtype=np.float64)
+        if ts.size == 0:
+            return
+        rel = ts - self.origin
+        if not np.isfinite(rel).all() or (rel < 0).any():
+            raise ValueError(f"a time in the batch is before the run start {self.origin}")
+        index = np.floor(rel / self.slice_s).astype(np.int64)
+        w = self.windows
+        phase = np.where(rel < w.warmup_s, 0, np.where(rel < w.ramp_end_s, 1, 2))
+        for i in np.unique(index).tolist():
+            self._slice(i).histograms.histogram(name).record_array(values[index == i])
+        for p in np.unique(phase).tolist():
+            self.phases[PHASES[p]].histogram(name).record_array(values[phase == p])
 
     def add_admission(self, t: float, admission: str) -> None:
         """One session attempt's admission outcome (metrics.md ``admission``) at ``t``."""
