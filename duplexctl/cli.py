@@ -29,6 +29,33 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Options every client command shares (design.md: command-line contract), defined once so
+# their names, environment variables and help read the same in every command.
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        envvar="DUPLEXCTL_URL",
+        help="Server, e.g. ws://host:8000/v1/realtime?duplex=1 (none: start the embedded "
+        "reference server on a free loopback port).",
+        show_default=False,
+    ),
+]
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="DUPLEXCTL_API_KEY",
+        help="Sent as a bearer header on the upgrade; never printed or written.",
+        show_default=False,
+    ),
+]
+ModelOption = Annotated[str | None, typer.Option("--model", help="Session model name.")]
+VoiceOption = Annotated[str | None, typer.Option("--voice", help="Session voice.")]
+InstructionsOption = Annotated[
+    str | None, typer.Option("--instructions", help="Session instructions (system prompt).")
+]
+
 
 def reports_errors(fn: F) -> F:
     """Turn DuplexctlError into one stderr line and its exit code; Ctrl-C into 130."""
@@ -158,28 +185,14 @@ def replay(
             show_default=False,
         ),
     ],
-    url: Annotated[
-        str | None,
-        typer.Option(
-            envvar="DUPLEXCTL_URL",
-            help="Server, e.g. ws://host:8000/v1/realtime?duplex=1 (none: start the "
-            "embedded reference server).",
-        ),
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="DUPLEXCTL_API_KEY",
-            help="Sent as a bearer header; never printed or written.",
-            show_default=False,
-        ),
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Session model.")] = None,
-    voice: Annotated[str | None, typer.Option(help="Session voice.")] = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
+    model: ModelOption = None,
+    voice: VoiceOption = None,
     ref_audio: Annotated[
         Path | None, typer.Option(help="Reference voice clip, sent as a data: URI.")
     ] = None,
-    instructions: Annotated[str | None, typer.Option(help="Session instructions.")] = None,
+    instructions: InstructionsOption = None,
     turn_detection: Annotated[
         str | None,
         typer.Option(help="server_vad (default: the server ends turns) or none (client commits)."),
@@ -280,13 +293,8 @@ def replay(
 @app.command()
 @reports_errors
 def talk(
-    url: Annotated[
-        str | None,
-        typer.Option(envvar="DUPLEXCTL_URL", help="Server URL; none: start the reference server."),
-    ] = None,
-    api_key: Annotated[
-        str | None, typer.Option(envvar="DUPLEXCTL_API_KEY", help="Bearer token (never shown).")
-    ] = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
     list_devices: Annotated[
         bool, typer.Option("--list-devices", help="List audio devices and exit.")
     ] = False,
@@ -330,12 +338,12 @@ def talk(
     barge_threshold_db: Annotated[
         float, typer.Option(help="Level (dBFS) the local barge-in detector counts as speech.")
     ] = -40.0,
-    model: Annotated[str | None, typer.Option(help="Model name for the session.")] = None,
-    voice: Annotated[str | None, typer.Option(help="Voice name.")] = None,
+    model: ModelOption = None,
+    voice: VoiceOption = None,
     ref_audio: Annotated[
         str | None, typer.Option(help="Reference voice clip (sent as a data: URI).")
     ] = None,
-    instructions: Annotated[str | None, typer.Option(help="System instructions.")] = None,
+    instructions: InstructionsOption = None,
     session: Annotated[
         Path | None, typer.Option("--session", help="JSON merged into session.update.")
     ] = None,
@@ -390,18 +398,8 @@ def talk(
 @app.command()
 @reports_errors
 def probe(
-    url: Annotated[
-        str | None,
-        typer.Option(
-            envvar="DUPLEXCTL_URL",
-            help="Server to probe, e.g. ws://host:8000/v1/realtime?duplex=1 "
-            "(default: the reference server, in-process).",
-        ),
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(envvar="DUPLEXCTL_API_KEY", help="Bearer token (never printed)."),
-    ] = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
     only: Annotated[
         list[str] | None,
         typer.Option("--only", help="Run only this probe (repeatable; see --list)."),
@@ -426,7 +424,7 @@ def probe(
     budget_s: Annotated[
         float, typer.Option(help="Time budget: probes that no longer fit are skipped.")
     ] = 120.0,
-    model: Annotated[str | None, typer.Option(help="Model name sent in the session.")] = None,
+    model: ModelOption = None,
     ref_audio: Annotated[
         str | None,
         typer.Option(help="Voice clip sent as ref_audio (MiniCPM-o refuses to open without)."),
@@ -504,13 +502,8 @@ def load(
         list[str] | None,
         typer.Argument(help="WAVs (one turn each) or one scenario .toml; default: bundled turns."),
     ] = None,
-    url: Annotated[
-        str | None, typer.Option(envvar="DUPLEXCTL_URL", help="Server (default: embedded).")
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(envvar="DUPLEXCTL_API_KEY", help="Bearer token.", show_default=False),
-    ] = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
     sessions: Annotated[int | None, typer.Option(help="Closed loop: concurrent sessions.")] = None,
     rate: Annotated[float | None, typer.Option(help="Open loop: new sessions per second.")] = None,
     arrival: Annotated[str, typer.Option(help="poisson, constant or gamma.")] = "poisson",
@@ -552,10 +545,10 @@ def load(
     chunk_ms: Annotated[int, typer.Option(help="Append size in ms.")] = 100,
     prebuffer_ms: Annotated[float, typer.Option(help="Simulated playback prebuffer.")] = 0.0,
     response_timeout: Annotated[float, typer.Option(help="Seconds to wait for an answer.")] = 20.0,
-    model: Annotated[str | None, typer.Option(help="Session model.")] = None,
-    voice: Annotated[str | None, typer.Option(help="Session voice.")] = None,
+    model: ModelOption = None,
+    voice: VoiceOption = None,
     ref_audio: Annotated[str | None, typer.Option(help="Reference voice clip (WAV).")] = None,
-    instructions: Annotated[str | None, typer.Option(help="Session instructions.")] = None,
+    instructions: InstructionsOption = None,
     turn_detection: Annotated[
         str | None, typer.Option(help="server_vad or none (client commits).")
     ] = None,
