@@ -132,8 +132,7 @@ if sys.platform == "win32":  # pragma: no cover
 @pytest.fixture(scope="module")
 def pulse_server() -> Iterator[Any]:
     """A private PulseAudio for one test module (tests/pulse.py), PortAudio re-initialised to
-    see it and again after it stops. Skips when pulseaudio or PortAudio is missing.
-    (tests/test_audio_devices.py keeps its own module-level copy of this fixture.)"""
+    see it and again after it stops. Skips when pulseaudio or PortAudio is missing."""
     try:
         from tests.pulse import pulseaudio_available, start_pulse
     except ModuleNotFoundError:

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,43 +25,14 @@ import pytest
 from duplexctl.errors import BadInput, MissingDependency
 
 try:  # tests/ is a rootdir-relative package in some layouts, a sys.path entry in others
-    from tests.pulse import PulseServer, pulseaudio_available, start_pulse
+    from tests.pulse import PulseServer
 except ModuleNotFoundError:
-    from pulse import PulseServer, pulseaudio_available, start_pulse  # type: ignore[no-redef]
+    from pulse import PulseServer  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
 MIC_RATE = 16000
 SPK_RATE = 24000
 LOUD = 0.05  # |x| above this counts as tone (tone amplitude 0.5; silence is digital zero)
-
-
-def _portaudio_importable() -> bool:
-    try:
-        import sounddevice  # noqa: F401
-    except (OSError, ImportError):
-        return False
-    return True
-
-
-@pytest.fixture(scope="module")
-def pulse_server() -> Iterator[PulseServer]:
-    """A private PulseAudio for this module; PortAudio re-initialised to see it (and after)."""
-    if not pulseaudio_available():
-        pytest.skip("pulseaudio/pactl not installed (apt-get install pulseaudio pulseaudio-utils)")
-    if not _portaudio_importable():
-        pytest.skip("PortAudio not installed (apt-get install libportaudio2)")
-    from duplexctl.audio import devices
-
-    server = start_pulse()
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in server.env.items():
-                mp.setenv(key, value)
-            devices.reinitialize()  # testing.md fact 3: PortAudio enumerated before we started
-            yield server
-    finally:
-        server.stop()
-        devices.reinitialize()
 
 
 def tone(seconds: float, rate: int, freq: float = 440.0, amp: float = 0.5) -> np.ndarray:
