@@ -873,13 +873,7 @@ class EngineSession:
         self._drop_input()
         self._deferred.clear()
         self._pending_turns.clear()
-        if self._active is not None:
-            self._cancel(self._active, reason)
-        else:
-            for record in list(self._playback.values()):
-                if not record.released:
-                    self._cut_playback(record, bump=False)
-            self.epoch += 1
+        if not self._stop_what_plays(reason):
             self._ev("input_audio_buffer.cleared")
         self._close_gate_if_faulty()
 
@@ -1424,14 +1418,20 @@ class EngineSession:
     def _barge_in_owned(self, reason: str) -> None:
         """Overlap barge-in: cancel the running reply, or cut unacknowledged playback."""
         self._deferred.clear()
+        self._stop_what_plays(reason)
+        self._close_gate_if_faulty()
+
+    def _stop_what_plays(self, reason: str) -> bool:
+        """Cancel the running reply; with none, cut every completed reply's unacknowledged
+        playback and advance the epoch anyway. True when a reply was cancelled."""
         if self._active is not None:
             self._cancel(self._active, reason)
-        else:
-            for record in list(self._playback.values()):
-                if not record.released:
-                    self._cut_playback(record, bump=False)
-            self.epoch += 1
-        self._close_gate_if_faulty()
+            return True
+        for record in list(self._playback.values()):
+            if not record.released:
+                self._cut_playback(record, bump=False)
+        self.epoch += 1
+        return False
 
     def _close_gate_if_faulty(self) -> None:
         if self.config.fault("stuck-gate") is not None:
