@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 
 from duplexctl.load.recorder import LAG_FOLD_EVERY, Recorder
+from duplexctl.load.session import SessionRecord
 from duplexctl.load.slices import TimeSlicer, Windows
 from duplexctl.protocol import codec, ids
 from duplexctl.protocol.client_state import ClientSession
@@ -101,3 +102,16 @@ def test_append_text_is_the_append_event_encoded() -> None:
     expected["event_id"] = event["event_id"]
     assert text == codec.dumps(expected)
     assert re.fullmatch(r"evt_[0-9a-f]{32}", event["event_id"])
+
+
+def test_live_view_counts_running_sessions_as_attempts_and_admitted() -> None:
+    """Outcomes are booked at session end; the live view must still show running, admitted
+    sessions (it read "attempts 0 admitted 0" beside "active 2 (admitted 2)")."""
+    rec = Recorder(origin=0.0)
+    running = SessionRecord(worker=0, index=0, attempt=0)
+    rec.session_started(running)
+    rec.session_admitted(running, {})
+    connecting = SessionRecord(worker=0, index=1, attempt=0)
+    rec.session_started(connecting)
+    live = rec.live(now=1.0)
+    assert (live["active"], live["attempts"], live["admitted"]) == (2, 2, 1)

@@ -226,11 +226,13 @@ class Recorder(Sink):
         for window in (self._live_ttfa, self._live_lag):
             while window and window[0][0] < now - LIVE_WINDOW_S:
                 window.popleft()
+        # outcomes are booked when a session ends; the live view also counts the sessions
+        # still running, so "admitted" never reads 0 while admitted sessions are speaking
         return {
             "active": self.active,
             "admitted_now": self.admitted_live,
-            "attempts": sum(self.admissions.values()),
-            "admitted": self.admissions["admitted"],
+            "attempts": sum(self.admissions.values()) + self.active,
+            "admitted": self.admissions["admitted"] + self.admitted_live,
             "rejected": self.admissions["rejected_capacity"],
             "failed": sum(
                 v for k, v in self.admissions.items() if k not in ("admitted", "rejected_capacity")
