@@ -90,14 +90,22 @@ class Dashboard:
             self._live.stop()
             self._live = None
 
-    def line(self, snap: Mapping[str, Any]) -> str:
-        elapsed = time.monotonic() - self._t0
-        p50, p95, p99 = live_percentiles(snap.get("ttfa_window", []))
-        (lag99,) = live_percentiles(snap.get("send_lag_window", []), (99,))
+    def _rolling(
+        self, snap: Mapping[str, Any]
+    ) -> tuple[float, int, float, tuple[float | None, ...], float | None]:
+        """(now, turns, turns/s since the last call, ttfa p50/p95/p99, send-lag p99) for
+        either rendering; advances the turn-rate baseline."""
         now = time.monotonic()
         turns = snap.get("turns", 0)
         rate = (turns - self._last_turns) / max(now - self._last_t, 1e-9)
         self._last_turns, self._last_t = turns, now
+        ttfa = tuple(live_percentiles(snap.get("ttfa_window", [])))
+        (lag99,) = live_percentiles(snap.get("send_lag_window", []), (99,))
+        return now, turns, rate, ttfa, lag99
+
+    def line(self, snap: Mapping[str, Any]) -> str:
+        now, turns, rate, (p50, p95, p99), lag99 = self._rolling(snap)
+        elapsed = now - self._t0
         errors = ", ".join(f"{k} {n}" for k, n in sorted(snap.get("errors", {}).items()))
         return (
             f"[{elapsed:6.1f}s] active {snap.get('active', 0)} (admitted {snap.get('admitted_now', 0)}) · "
@@ -129,12 +137,7 @@ class Dashboard:
         if not snap:
             table.add_row("starting", "…")
             return table
-        p50, p95, p99 = live_percentiles(snap.get("ttfa_window", []))
-        (lag99,) = live_percentiles(snap.get("send_lag_window", []), (99,))
-        now = time.monotonic()
-        turns = snap.get("turns", 0)
-        rate = (turns - self._last_turns) / max(now - self._last_t, 1e-9)
-        self._last_turns, self._last_t = turns, now
+        now, turns, rate, (p50, p95, p99), lag99 = self._rolling(snap)
         table.add_row("elapsed", f"{now - self._t0:.1f} s")
         table.add_row(
             "sessions",
