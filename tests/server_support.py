@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+from engine_harness import OPEN_TURN
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -28,16 +29,8 @@ from duplexctl.server.app import RunningServer, start_server
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.registry import Emit, Engine
 
-OPEN_SESSION = {
-    "model": "test/model",
-    "modalities": ["audio", "text"],
-    "input_audio_format": "pcm16",
-    "sample_rate_hz": 16000,
-    "output_audio_format": "pcm16",
-    "instructions": "You are a helpful voice assistant.",
-    "extra_body": {"auto_response": False},
-    "turn_detection": None,
-}
+# the golden transcripts' opening session object (engine_harness), under a test model name
+OPEN_SESSION = {**OPEN_TURN, "model": "test/model"}
 
 
 def stub_validate_open(session_obj: dict[str, Any] | None) -> None:
