@@ -24,8 +24,10 @@ owns sockets, time and tasks. What it adds, and why:
   the server's disconnect grace.
 
 Happenings go to a queue (:meth:`next`, ``async for``) and to listeners registered with
-:meth:`add_listener`, called synchronously in the reader at receive time — that is the hook
-for the playback clock, which sends its acks with :meth:`ack_playback`.
+:meth:`add_listener`, called synchronously at receive time — that is the hook for the
+playback clock, which sends its acks with :meth:`ack_playback`. The socket is
+:mod:`duplexctl.client.websocket` (synchronous sends, messages handed over inside
+``data_received``): there is no reader task, so nothing here is woken per received frame.
 
 Public API::
 
@@ -56,10 +58,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
 
+from duplexctl.client.websocket import Message, WebSocket, open_websocket
 from duplexctl.errors import ServerUnreachable
 from duplexctl.protocol import codec, names
 from duplexctl.protocol.client_state import (
@@ -244,8 +245,7 @@ class DuplexConnection:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._listeners: list[Callable[[Happening], None]] = list(listeners)
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._ws: ClientConnection | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self._ws: WebSocket | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._resume_task: asyncio.Task[ResumeRecord] | None = None
         self._deliberate_drop = False
@@ -300,18 +300,16 @@ class DuplexConnection:
         await self._resume(automatic=False)
         return self
 
-    async def _connect_socket(self, timeout: float) -> ClientConnection:
+    async def _connect_socket(self, timeout: float) -> WebSocket:
         opts = self.options
+        timeout = min(timeout, opts.open_timeout_s)
         try:
             return await asyncio.wait_for(
-                ws_connect(
+                open_websocket(
                     self.url,
-                    compression=None,
+                    headers=self._headers,
+                    user_agent="duplexctl",
                     max_size=opts.max_size,
-                    proxy=None,
-                    open_timeout=min(timeout, opts.open_timeout_s),
-                    additional_headers=self._headers,
-                    user_agent_header="duplexctl",
                 ),
                 timeout,
             )
@@ -350,7 +348,7 @@ class DuplexConnection:
         t.connect_ms = _ms(t.t_connect_start_ns, t.t_open_ns)
         self._ws = ws
         self.session.begin_connection()
-        await ws.send(codec.dumps(update))
+        ws.send(codec.dumps(update))
         t.t_update_sent_ns = self._last_send_ns = time.monotonic_ns()
         while True:
             try:
@@ -398,18 +396,18 @@ class DuplexConnection:
             time_to_reject_ms=reject_ms,
         )
 
-    async def _recv_handshake(self, ws: ClientConnection, deadline: float) -> list[Happening]:
+    async def _recv_handshake(self, ws: WebSocket, deadline: float) -> list[Happening]:
         """One frame during a handshake (open or resume), dispatched like any other."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError
         async with asyncio.timeout(remaining):
-            raw = await ws.recv()
-        return self._digest(raw, time.monotonic_ns())
+            raw, recv_ns = await ws.recv_timed()
+        return self._digest(raw, recv_ns)
 
     # -- receiving -------------------------------------------------------------------------
 
-    def _digest(self, raw: str | bytes, recv_ns: int) -> list[Happening]:
+    def _digest(self, raw: Message, recv_ns: int) -> list[Happening]:
         try:
             frame = codec.loads(raw)
         except codec.FrameDecodeError:
@@ -435,35 +433,40 @@ class DuplexConnection:
     def add_listener(self, listener: Callable[[Happening], None]) -> None:
         """Call ``listener(happening)`` synchronously for every happening, at receive time.
 
-        Keep it quick (it runs in the reader); exceptions are collected in
-        ``listener_errors`` rather than stopping the reader."""
+        Keep it quick (it runs in the socket's receive path); exceptions are collected in
+        ``listener_errors`` rather than stopping it."""
         self._listeners.append(listener)
 
-    def _start_tasks(self, ws: ClientConnection) -> None:
-        self._reader = asyncio.create_task(self._read_loop(ws), name="duplex-reader")
+    def _start_tasks(self, ws: WebSocket) -> None:
+        """The session is open on ``ws``: read it at receive time (no reader task: the
+        socket calls :meth:`_on_message` from ``data_received``), keep the journal trimmed."""
+        ws.on_close = self._on_close
+        ws.deliver(self._on_message)
+        if ws.closed:  # it went away while the handshake's leftovers were read
+            self._on_close(ws)
         if self._maintenance is None or self._maintenance.done():
             self._maintenance = asyncio.create_task(self._maintain(), name="duplex-maintenance")
 
-    async def _read_loop(self, ws: ClientConnection) -> None:
-        code: int | None = None
-        reason = "closed"
-        try:
-            async for raw in ws:
-                self._digest(raw, time.monotonic_ns())
-                pending = self.session.pending_ack()
-                if (
-                    pending is not None
-                    and pending - self.session.acked_seq >= self.options.ack_batch
-                ):
-                    await self._send_ack(ws)
-            if ws.close_code is not None:
-                code, reason = ws.close_code, ws.close_reason or "closed"
-        except ConnectionClosed as exc:
-            code = exc.rcvd.code if exc.rcvd else 1006
-            reason = exc.rcvd.reason if exc.rcvd and exc.rcvd.reason else "connection lost"
-        finally:
-            if self._ws is ws:
-                self._ws = None
+    def _on_message(self, raw: Message, recv_ns: int) -> None:
+        self._digest(raw, recv_ns)
+        session = self.session
+        pending = session.pending_ack()
+        if pending is not None and pending - session.acked_seq >= self.options.ack_batch:
+            ws = self._ws
+            if ws is not None:
+                self._send_ack(ws)
+
+    def _on_close(self, ws: WebSocket) -> None:
+        if ws.on_close is None:
+            return  # already handled
+        ws.on_close = None
+        if self._ws is ws:
+            self._ws = None
+        rcvd = ws.protocol.close_rcvd
+        if rcvd is not None:
+            code, reason = rcvd.code, rcvd.reason or "closed"
+        else:
+            code, reason = 1006, "connection lost"
         self._on_socket_gone(code, reason)
 
     def _on_socket_gone(self, code: int | None, reason: str) -> None:
@@ -506,7 +509,7 @@ class DuplexConnection:
         for listener in self._listeners:
             try:
                 listener(h)
-            except Exception as exc:  # a broken listener must not stop the reader
+            except Exception as exc:  # a broken listener must not stop receiving
                 self.listener_errors.append(exc)
         if self.options.queue_happenings:
             self._queue.put_nowait(h)
@@ -550,7 +553,7 @@ class DuplexConnection:
     def connected(self) -> bool:
         return self._ws is not None
 
-    async def _live_socket(self) -> ClientConnection:
+    async def _live_socket(self) -> WebSocket:
         if self._ws is None and self._resume_task is not None and not self._resume_task.done():
             with contextlib.suppress(ResumeFailed):
                 await asyncio.shield(self._resume_task)
@@ -572,40 +575,46 @@ class DuplexConnection:
     async def send_text(self, text: str) -> int:
         """Send one client event already encoded as JSON text (see :meth:`send`).
 
-        With the socket up this is one ``ws.send``: the resume wait is only entered when
-        there is no socket, so the hot path (hundreds of sessions appending 10 times a
-        second) does not pay an extra coroutine per send.
+        With the socket up this is one synchronous write (plus a drain only when the
+        transport asks to pause): the resume wait is only entered when there is no socket,
+        so the hot path (hundreds of sessions appending 10 times a second) stays cheap.
         """
         ws = self._ws
         if ws is not None:
             try:
-                await ws.send(text)
+                ws.send(text)
             except ConnectionClosed:
                 pass  # retried below, exactly as a send on a broken socket always was
             else:
                 now = time.monotonic_ns()
                 self._last_send_ns = now
+                if ws.paused:
+                    await ws.drain()
                 return now
-            if self._reader is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(self._reader), 5.0)
+            await self._socket_gone(ws)
             attempts = 1
         else:
             attempts = 2
         for _ in range(attempts):
             ws = await self._live_socket()
             try:
-                await ws.send(text)
+                ws.send(text)
             except ConnectionClosed:
-                # The reader will notice and maybe resume; give it the chance, then retry once.
-                if self._reader is not None:
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(asyncio.shield(self._reader), 5.0)
+                # The socket's loss may start a resume; give it the chance, then retry once.
+                await self._socket_gone(ws)
                 continue
             now = time.monotonic_ns()
             self._last_send_ns = now
+            if ws.paused:
+                await ws.drain()
             return now
         raise ConnectionLostError(f"connection to {self._where()} lost while sending")
+
+    @staticmethod
+    async def _socket_gone(ws: WebSocket) -> None:
+        """Wait (bounded) until ``ws`` is gone and its loss was handled (resume started)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.wait_closed(), 5.0)
 
     async def heartbeat(self) -> int:
         return await self.send(self.session.heartbeat())
@@ -616,12 +625,12 @@ class DuplexConnection:
         """Send ``playback.ack`` (``played_ms`` from the playback clock, not from bytes)."""
         return await self.send(self.session.playback_ack(response_id, played_ms, committed_ms))
 
-    async def _send_ack(self, ws: ClientConnection) -> None:
+    def _send_ack(self, ws: WebSocket) -> None:
         seq = self.session.pending_ack()
         if seq is None:
             return
         try:
-            await ws.send(codec.dumps(self.session.event_ack(seq)))
+            ws.send(codec.dumps(self.session.event_ack(seq)))
         except ConnectionClosed:
             return
         self.session.mark_acked(seq)
@@ -635,7 +644,7 @@ class DuplexConnection:
             ws = self._ws
             if ws is None or self._closing or self.session.ended:
                 continue
-            await self._send_ack(ws)
+            self._send_ack(ws)
             idle_s = (time.monotonic_ns() - self._last_send_ns) / 1e9
             if opts.heartbeat_s is not None and idle_s >= opts.heartbeat_s:
                 with contextlib.suppress(ConnectionLostError):
@@ -649,15 +658,13 @@ class DuplexConnection:
         ``auto_resume=False`` (fault injection at an exact offset): stay disconnected until
         :meth:`resume`. ``auto_resume=True``: behave like an unexpected loss.
         """
-        ws, reader = self._ws, self._reader
+        ws = self._ws
         if ws is None:
             raise ConnectionLostError("drop(): not connected")
         self._deliberate_drop = not auto_resume
         t_drop = time.monotonic_ns()
-        ws.transport.abort()
-        if reader is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(reader), 5.0)
+        ws.abort()
+        await self._socket_gone(ws)
         if not auto_resume:
             self.timings.drops_ns.append(t_drop)
         return t_drop
@@ -714,7 +721,7 @@ class DuplexConnection:
         self.session.begin_connection()
         event = self.session.resume()
         record.resumed_from_seq = self.session.last_seq
-        await ws.send(codec.dumps(event))
+        ws.send(codec.dumps(event))
         t_sent = self._last_send_ns = time.monotonic_ns()
         try:
             while True:
@@ -734,7 +741,7 @@ class DuplexConnection:
                         record.resume_ms = _ms(record.t_drop_ns, h.recv_ns)
                         self._ws = ws
                         self._start_tasks(ws)
-                        ws = None  # type: ignore[assignment]  # now owned by the reader
+                        ws = None  # type: ignore[assignment]  # now the connection's socket
                         return False
                     if isinstance(h, ResyncRequired):
                         record.outcome = "resync_required"
@@ -747,7 +754,7 @@ class DuplexConnection:
                         return True
         finally:
             if ws is not None:
-                ws.transport.abort()
+                ws.abort()
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -787,10 +794,7 @@ class DuplexConnection:
         if ws is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(), 2.0)
-            ws.transport.abort()
-        if self._reader is not None and not self._reader.done():
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(self._reader, 2.0)
+            ws.abort()
         self._ws = None
         self.session.checker.finish()
         self._end_stream()
@@ -798,7 +802,7 @@ class DuplexConnection:
     async def _abort_quietly(self) -> None:
         """Open failed or was cancelled: close a created session, else just drop the socket."""
         if self.session.created and not self.session.ended and self._ws is not None:
-            if self._reader is None:
+            if self._ws.on_message is None:
                 self._start_tasks(self._ws)
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.close())

@@ -1,0 +1,329 @@
+"""A lean client websocket: websockets' sans-I/O protocol on an asyncio transport.
+
+Why not ``websockets.asyncio.client``: a ``load`` process sends ten appends per second for
+each of hundreds of sessions, and issue 7 measures its CPU against a bare streamer. The
+asyncio connection costs, per send, an async context manager, a timeout scope, a drain
+coroutine and a fresh ``os.urandom`` mask, and per received message a queue hand-off to a
+reader task that must be woken; together that was about a quarter of ``load``'s CPU. Here:
+
+* :meth:`WebSocket.send` is **synchronous**: one masked frame built from a pooled random mask
+  and written to the transport at once (the bytes leave before it returns, as with
+  ``await ws.send``); :meth:`WebSocket.drain` waits only when the transport asks to pause.
+* Received messages are handed to ``on_message(data, recv_ns)`` **inside**
+  ``data_received`` — no reader task, no queue — with ``recv_ns`` taken the moment the bytes
+  came off the socket. Until a callback is set (during a handshake) they queue for
+  :meth:`WebSocket.recv`; :meth:`WebSocket.deliver` then flushes them, in order.
+* Everything else is websockets' own sans-I/O :class:`~websockets.client.ClientProtocol`:
+  the HTTP upgrade and its checks, frame parsing, ``max_size``, ping → pong, the close
+  handshake, and its exception types (``InvalidURI``, ``InvalidStatus``,
+  ``ConnectionClosed``), so callers handle errors exactly as with the library's client.
+
+Outgoing frames are never fragmented, which is what makes writing them directly next to the
+protocol object safe (it keeps no state about outgoing data frames).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl as ssl_module
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Final, cast
+
+from websockets.client import ClientProtocol
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode, Frame, Opcode
+from websockets.http11 import Response
+from websockets.protocol import OPEN, State
+from websockets.uri import parse_uri
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover - websockets built without its C extension
+    from websockets.utils import apply_mask
+
+Message = str | bytes
+OnMessage = Callable[[Message, int], None]
+
+#: Masks are drawn from the OS's strong source, 4 KiB at a time (1024 frames per syscall).
+MASK_POOL_BYTES: Final = 4096
+#: After a close frame, how long to wait for the server to end the TCP connection.
+CLOSE_TCP_TIMEOUT_S: Final = 2.0
+#: Transport write buffer above which :meth:`WebSocket.drain` waits (same as websockets).
+WRITE_LIMIT: Final = 2**15
+
+
+class WebSocket(asyncio.Protocol):
+    """One client websocket connection (see the module docstring)."""
+
+    def __init__(self, protocol: ClientProtocol) -> None:
+        self.protocol = protocol
+        self.transport: asyncio.Transport | None = None
+        self.on_message: OnMessage | None = None
+        #: called once, after the connection is gone (``close_code`` is set by then)
+        self.on_close: Callable[[WebSocket], None] | None = None
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self._loop = asyncio.get_running_loop()
+        self._response: asyncio.Future[Response] = self._loop.create_future()
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._queued: deque[tuple[Message, int]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._fragments: list[bytes] = []
+        self._fragment_text = False
+        self._paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
+        self._masks = b""
+        self._mask_at = MASK_POOL_BYTES
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, only alike
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(WRITE_LIMIT)
+
+    def data_received(self, data: bytes) -> None:
+        recv_ns = time.monotonic_ns()
+        protocol = self.protocol
+        protocol.receive_data(data)
+        events = protocol.events_received()
+        self._write_pending()
+        for event in events:
+            if type(event) is Frame:
+                self._frame(event, recv_ns)
+            elif isinstance(event, Response) and not self._response.done():
+                self._response.set_result(event)
+        if protocol.close_expected():
+            self._expect_tcp_close()
+
+    def eof_received(self) -> None:
+        self.protocol.receive_eof()
+        self._write_pending()
+        # returning None closes the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        protocol = self.protocol
+        protocol.receive_eof()  # no-op when the EOF was already seen
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        rcvd = protocol.close_rcvd
+        self.close_code = rcvd.code if rcvd is not None else int(CloseCode.ABNORMAL_CLOSURE)
+        self.close_reason = rcvd.reason if rcvd is not None else ""
+        if not self._response.done():
+            self._response.set_exception(
+                protocol.handshake_exc or ConnectionError("connection closed during upgrade")
+            )
+            self._response.exception()  # retrieved: nobody may be waiting any more
+        self._wake()
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+        self._closed.set_result(None)
+        if self.on_close is not None:
+            self.on_close(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    # -- receiving -------------------------------------------------------------------------
+
+    def _frame(self, frame: Frame, recv_ns: int) -> None:
+        opcode = frame.opcode
+        if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
+            if not frame.fin:
+                self._fragments = [frame.data]
+                self._fragment_text = opcode is Opcode.TEXT
+                return
+            self._message(frame.data, opcode is Opcode.TEXT, recv_ns)
+        elif opcode is Opcode.CONT and self._fragments:
+            self._fragments.append(frame.data)
+            if frame.fin:
+                data, self._fragments = b"".join(self._fragments), []
+                self._message(data, self._fragment_text, recv_ns)
+        # ping, pong and close frames are the protocol's business
+
+    def _message(self, data: bytes, text: bool, recv_ns: int) -> None:
+        message: Message = data
+        if text:
+            try:
+                message = data.decode()
+            except UnicodeDecodeError:
+                self.protocol.fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text frame")
+                self._write_pending()
+                self._expect_tcp_close()
+                return
+        if self.on_message is not None:
+            self.on_message(message, recv_ns)
+        else:
+            self._queued.append((message, recv_ns))
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def recv(self) -> Message:
+        """The next queued message (only before :meth:`deliver`); raises ConnectionClosed
+        once the connection is gone and nothing is left."""
+        return (await self.recv_timed())[0]
+
+    async def recv_timed(self) -> tuple[Message, int]:
+        """:meth:`recv` with the message's receive time (monotonic ns)."""
+        while not self._queued:
+            if self._closed.done():
+                raise self._closed_error()
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._queued.popleft()
+
+    def deliver(self, on_message: OnMessage) -> None:
+        """From now on hand every message to ``on_message`` at receive time; messages that
+        arrived before (queued for :meth:`recv`) go to it first, in order."""
+        self.on_message = on_message
+        while self._queued:
+            on_message(*self._queued.popleft())
+
+    # -- sending ---------------------------------------------------------------------------
+
+    @property
+    def open(self) -> bool:
+        return self.protocol.state is OPEN and self.transport is not None
+
+    def send(self, message: str) -> None:
+        """Write one text message now; raises ConnectionClosed if the connection is not open."""
+        transport = self.transport
+        if self.protocol.state is not OPEN or transport is None or transport.is_closing():
+            raise self._closed_error()
+        transport.write(self._text_frame(message.encode()))
+
+    def _text_frame(self, payload: bytes) -> bytes:
+        n = len(payload)
+        if n < 126:
+            header = bytes((0x81, 0x80 | n))
+        elif n < 65536:
+            header = struct.pack("!BBH", 0x81, 0xFE, n)
+        else:
+            header = struct.pack("!BBQ", 0x81, 0xFF, n)
+        at = self._mask_at
+        if at >= MASK_POOL_BYTES:
+            self._masks, at = os.urandom(MASK_POOL_BYTES), 0
+        mask = self._masks[at : at + 4]
+        self._mask_at = at + 4
+        return header + mask + apply_mask(payload, mask)
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its limit (rare on loopback)."""
+        if not self._paused or self._closed.done():
+            return
+        self._drain_waiter = self._loop.create_future()
+        await self._drain_waiter
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def _write_pending(self) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        for data in self.protocol.data_to_send():
+            if data:
+                transport.write(data)
+            elif transport.can_write_eof():
+                transport.write_eof()
+
+    def _closed_error(self) -> ConnectionClosed:
+        protocol = self.protocol
+        if protocol.state is State.CLOSED:
+            return protocol.close_exc
+        return ConnectionClosed(protocol.close_rcvd, protocol.close_sent)
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def _expect_tcp_close(self) -> None:
+        """The close handshake is under way: the server should end TCP; if it does not
+        within :data:`CLOSE_TCP_TIMEOUT_S`, end it here."""
+        if self._close_timer is None and self.transport is not None:
+            self._close_timer = self._loop.call_later(CLOSE_TCP_TIMEOUT_S, self.abort)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Close handshake: send a close frame and wait until the connection is gone."""
+        if self.protocol.state is OPEN:
+            self.protocol.send_close(code, reason)
+            self._write_pending()
+            self._expect_tcp_close()
+        await self.wait_closed()
+
+    def abort(self) -> None:
+        """End the TCP connection at once, without a close frame (fault injection)."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    async def wait_closed(self) -> None:
+        """Return once the connection is gone (``on_close`` has run by then)."""
+        await asyncio.shield(self._closed)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.done()
+
+
+async def open_websocket(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    user_agent: str | None = None,
+    max_size: int | None = 2**20,
+    ssl: ssl_module.SSLContext | None = None,
+) -> WebSocket:
+    """Open ``url`` (``ws://`` or ``wss://``) and complete the upgrade.
+
+    Raises websockets' ``InvalidURI`` for a bad URL, ``InvalidStatus`` when the server
+    refuses the upgrade (the HTTP status is on ``exc.response``), another
+    ``InvalidHandshake`` for a bad upgrade answer, ``OSError`` when the socket cannot be
+    opened. No timeout of its own: wrap it (``asyncio.wait_for``). The transport is closed
+    on every failure.
+    """
+    wsuri = parse_uri(url)
+    protocol = ClientProtocol(wsuri, max_size=max_size)
+    loop = asyncio.get_running_loop()
+    context: ssl_module.SSLContext | None = None
+    if wsuri.secure:
+        context = ssl if ssl is not None else ssl_module.create_default_context()
+    ws = WebSocket(protocol)
+    await loop.create_connection(
+        lambda: ws,
+        wsuri.host,
+        wsuri.port,
+        ssl=context,
+        server_hostname=wsuri.host if context is not None else None,
+    )
+    try:
+        request = protocol.connect()
+        if headers:
+            request.headers.update(headers)
+        if user_agent is not None:
+            request.headers["User-Agent"] = user_agent
+        protocol.send_request(request)
+        ws._write_pending()
+        await ws._response
+        if protocol.handshake_exc is not None:
+            raise protocol.handshake_exc
+        # upgraded; the connection may already be closing (e.g. an oversized first message
+        # in the same read): that is the session's business, not the upgrade's
+    except BaseException:
+        ws.abort()
+        raise
+    return ws
