@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -207,9 +208,11 @@ Sleep = Callable[[float], Awaitable[object]]
 class Pacer:
     """Cuts the microphone into ``chunk_ms`` appends due at ``t0 + k * chunk_ms``.
 
-    ``clock`` / ``sleep`` default to the running event loop's clock and ``asyncio.sleep``
-    (the loop clock is ``time.monotonic``, the clock metrics.md measures with); tests inject
-    a fake clock. ``t0`` is fixed by :meth:`start` or by the first :meth:`next_chunk`.
+    ``clock`` / ``sleep`` default to ``time.monotonic`` (the clock metrics.md measures
+    with, and the one send times are stamped with; uvloop's ``loop.time()`` is cached per
+    loop iteration and rounded to the millisecond, and costs a ``get_running_loop`` per
+    call) and ``asyncio.sleep``; tests inject a fake clock. ``t0`` is fixed by
+    :meth:`start` or by the first :meth:`next_chunk`.
     """
 
     def __init__(
@@ -232,15 +235,14 @@ class Pacer:
         self.source = source if source is not None else MicQueue(rate)
         if self.source.rate != rate:
             raise ValueError(f"source rate {self.source.rate} != pacer rate {rate}")
-        self._clock = clock
+        self._clock = clock if clock is not None else time.monotonic
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self.t0: float | None = None
         self.index = 0  # index of the next chunk
         self.lag = SendLag(chunk_ms)
 
     def now(self) -> float:
-        clock = self._clock or asyncio.get_running_loop().time
-        return clock()
+        return self._clock()
 
     def start(self, t0: float | None = None) -> float:
         """Fix the schedule's origin (default: now). Chunk k is due at ``t0 + k*chunk_ms``."""
