@@ -51,6 +51,7 @@ from bench.compare_clients import (  # noqa: E402
     WAV,
     commit_at_ms,
     describe_root,
+    load_turns,
     machine,
 )
 from bench.serve_capacity import free_port, wait_healthy  # noqa: E402
@@ -124,7 +125,7 @@ def run_load(url: str, n: int, duration: float) -> dict[str, list[float]]:
     """Every turn's error from ``turns.jsonl`` of one ``duplexctl load`` run."""
     with tempfile.TemporaryDirectory() as out_dir:
         cmd = [
-            sys.executable, "-m", "duplexctl", "load", str(WAV), "--url", url,
+            sys.executable, "-m", "duplexctl", "load", *load_turns(duration), "--url", url,
             "--sessions", str(n), "--duration", f"{duration}s", "--workers", "1",
             "--plain", "--turn-detection", "none", "--out", out_dir,
         ]  # fmt: skip

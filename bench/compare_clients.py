@@ -7,7 +7,8 @@ machines are shared and their speed drifts (testing.md): ``duplexctl load`` must
 first audio, 2 s tone replies in 200 ms chunks) is started once and, for each session count
 N, the three clients run one after the other against it, each as its own process:
 
-* ``load``: ``duplexctl load --workers 1 --turn-detection none`` (the full client);
+* ``load``: ``duplexctl load hello.wav hello.wav … --workers 1 --turn-detection none`` (the
+  full client; one session per user for the whole run, see :func:`load_turns`);
 * ``streamer``: ``bench/streamer.py --commit-at-ms`` (the practical floor);
 * ``duplexclient``: ``bench/duplexclient_driver.py`` under the peer venv's Python.
 
@@ -71,6 +72,18 @@ def commit_at_ms() -> float:
     return float(manifest["files"][WAV.name]["speech_end_ms"]) + TAIL_MS
 
 
+def load_turns(duration: float) -> list[str]:
+    """``load``'s inputs: the WAV once per turn, enough turns to fill ``duration``.
+
+    ``load`` speaks its inputs one turn each and then ends the session (closed loop: the
+    user opens a new one). The streamer and the DuplexClient driver keep one session for the
+    whole run, so load gets as many turns as fit (a turn takes ≈ 6.5 s: 4.2 s of speech,
+    commit, 0.3 s to first audio, 2 s answer): the three then carry the same sessions, and
+    no run pays for reconnecting that the others do not.
+    """
+    return [str(WAV)] * (int(duration / 5.0) + 2)
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of ``pid`` and every live descendant (a client may fork workers)."""
     children: dict[int, list[int]] = {}
@@ -128,7 +141,7 @@ class Window:
 def command(client: str, url: str, n: int, duration: float, ramp: float) -> list[str]:
     if client == "load":
         return [
-            sys.executable, "-m", "duplexctl", "load", str(WAV), "--url", url,
+            sys.executable, "-m", "duplexctl", "load", *load_turns(duration), "--url", url,
             "--sessions", str(n), "--duration", f"{duration}s", "--workers", "1",
             "--json", "--plain", "--turn-detection", "none",
         ]  # fmt: skip
