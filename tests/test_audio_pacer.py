@@ -211,3 +211,18 @@ def test_lag_storage_grows_without_losing_values() -> None:
     values = pacer.lag.values()
     assert values.size == 5000
     assert values[6] == pytest.approx(6.0) and values[4999] == pytest.approx((4999 % 7) * 1.0)
+
+
+async def test_default_clock_and_sleep_keep_the_absolute_schedule() -> None:
+    """Without injected clock/sleep the pacer sleeps on the running loop until each due time
+    (never early by more than the loop's 1 ms timer resolution)."""
+    import time
+
+    pacer = Pacer(20, 16000)
+    due = []
+    for _ in range(4):
+        chunk = await pacer.next_chunk()
+        assert chunk is not None
+        due.append((chunk.scheduled, time.monotonic()))
+    assert [round(s - due[0][0], 3) for s, _ in due] == [0.0, 0.02, 0.04, 0.06]
+    assert all(t >= s - 0.0015 for s, t in due)
