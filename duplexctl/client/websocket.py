@@ -13,10 +13,16 @@ reader task that must be woken; together that was about a quarter of ``load``'s 
   ``data_received`` — no reader task, no queue — with ``recv_ns`` taken the moment the bytes
   came off the socket. Until a callback is set (during a handshake) they queue for
   :meth:`WebSocket.recv`; :meth:`WebSocket.deliver` then flushes them, in order.
+* The server's data, ping and pong frames are parsed here (:meth:`WebSocket._parse_fast`:
+  a header, a length, a slice — the library's generator-based parser was a sixth of the
+  receive path). The first frame that is anything else — a close frame, a masked frame,
+  reserved bits or opcodes, a control frame over 125 bytes, a frame over ``max_size`` — and
+  everything after it goes to websockets' parser, which judges it exactly as it would have.
 * Everything else is websockets' own sans-I/O :class:`~websockets.client.ClientProtocol`:
-  the HTTP upgrade and its checks, frame parsing, ``max_size``, ping → pong, the close
-  handshake, and its exception types (``InvalidURI``, ``InvalidStatus``,
-  ``ConnectionClosed``), so callers handle errors exactly as with the library's client.
+  the HTTP upgrade and its checks, the close handshake, failing the connection, and its
+  exception types (``InvalidURI``, ``InvalidStatus``, ``ConnectionClosed``), so callers
+  handle errors exactly as with the library's client. It is fed the upgrade answer's head
+  alone (a 101 has no body), so the fast parser starts exactly at the first frame.
 
 Outgoing frames are never fragmented, which is what makes writing them directly next to the
 protocol object safe (it keeps no state about outgoing data frames).
@@ -37,7 +43,7 @@ from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Response
-from websockets.protocol import OPEN, State
+from websockets.protocol import CONNECTING, OPEN, State
 from websockets.uri import parse_uri
 
 try:
@@ -52,6 +58,10 @@ OnMessage = Callable[[Message, int], None]
 MASK_POOL_BYTES: Final = 4096
 #: After a close frame, how long to wait for the server to end the TCP connection.
 CLOSE_TCP_TIMEOUT_S: Final = 2.0
+#: The upgrade answer's head may not exceed this (websockets' own limits are far below).
+MAX_HEAD_BYTES: Final = 65536
+#: Frames the fast parser handles itself: continuation, text, binary, ping, pong.
+_FAST_OPCODES: Final = frozenset({0x0, 0x1, 0x2, 0x9, 0xA})
 #: Transport write buffer above which :meth:`WebSocket.drain` waits (same as websockets).
 WRITE_LIMIT: Final = 2**15
 
@@ -79,6 +89,10 @@ class WebSocket(asyncio.Protocol):
         self._close_timer: asyncio.TimerHandle | None = None
         self._masks = b""
         self._mask_at = MASK_POOL_BYTES
+        self._max_size: int | None = protocol.max_message_size
+        self._fast = False  # True once upgraded: frames are parsed by _parse_fast
+        self._head = b""  # the upgrade answer, until its head is complete
+        self._pending = b""  # a partial frame, fast mode
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -89,6 +103,36 @@ class WebSocket(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         recv_ns = time.monotonic_ns()
+        if self._fast:
+            rest = self._parse_fast(data, recv_ns)
+            if rest:
+                self._receive_slow(rest, recv_ns)
+            return
+        if self.protocol.state is CONNECTING:
+            self._upgrade_data(data, recv_ns)
+            return
+        self._receive_slow(data, recv_ns)
+
+    def _upgrade_data(self, data: bytes, recv_ns: int) -> None:
+        """Feed the protocol the upgrade answer's head only (a 101 has no body), so the
+        frames after it start exactly where the fast parser takes over."""
+        head = self._head = self._head + data
+        end = head.find(b"\r\n\r\n")
+        if end < 0 and len(head) <= MAX_HEAD_BYTES:
+            return  # the head is not complete yet
+        cut = len(head) if end < 0 else end + 4
+        self._head = b""
+        self._receive_slow(head[:cut], recv_ns)
+        rest = head[cut:]
+        if self.protocol.state is OPEN:
+            self._fast = True
+            if rest:
+                rest = self._parse_fast(rest, recv_ns)
+        if rest:
+            self._receive_slow(rest, recv_ns)
+
+    def _receive_slow(self, data: bytes, recv_ns: int) -> None:
+        """websockets' own parser: the upgrade, close frames, and anything unusual."""
         protocol = self.protocol
         protocol.receive_data(data)
         events = protocol.events_received()
@@ -136,6 +180,71 @@ class WebSocket(asyncio.Protocol):
 
     # -- receiving -------------------------------------------------------------------------
 
+    def _parse_fast(self, data: bytes, recv_ns: int) -> bytes:
+        """Parse the server's data, ping and pong frames here; return the bytes from the
+        first frame that is not one of those (a close frame, or anything the protocol must
+        judge: a masked frame, reserved bits or opcodes, an oversized or invalid control
+        frame), which from then on all go to websockets' parser. A partial frame is kept."""
+        buf = self._pending + data if self._pending else data
+        n, pos = len(buf), 0
+        max_size = self._max_size
+        while n - pos >= 2:
+            b0, b1 = buf[pos], buf[pos + 1]
+            opcode = b0 & 0x0F
+            if b1 & 0x80 or b0 & 0x70 or opcode not in _FAST_OPCODES:
+                self._fast, self._pending = False, b""
+                return buf[pos:]
+            length, head = b1, 2
+            if length == 126:
+                if n - pos < 4:
+                    break
+                length, head = int.from_bytes(buf[pos + 2 : pos + 4], "big"), 4
+            elif length == 127:
+                if n - pos < 10:
+                    break
+                length, head = int.from_bytes(buf[pos + 2 : pos + 10], "big"), 10
+            if (opcode >= 8 and (length > 125 or not b0 & 0x80)) or (
+                max_size is not None and length > max_size
+            ):
+                self._fast, self._pending = False, b""
+                return buf[pos:]
+            end = pos + head + length
+            if end > n:
+                break
+            payload = buf[pos + head : end]
+            pos = end
+            if opcode == 1 or opcode == 2:
+                if self._fragments:
+                    return self._fail(CloseCode.PROTOCOL_ERROR, "expected a continuation frame")
+                if b0 & 0x80:
+                    self._message(payload, opcode == 1, recv_ns)
+                else:
+                    self._fragments = [payload]
+                    self._fragment_text = opcode == 1
+            elif opcode == 0:
+                if not self._fragments:
+                    return self._fail(CloseCode.PROTOCOL_ERROR, "unexpected continuation frame")
+                self._fragments.append(payload)
+                if max_size is not None and sum(map(len, self._fragments)) > max_size:
+                    return self._fail(CloseCode.MESSAGE_TOO_BIG, "message over max_size")
+                if b0 & 0x80:
+                    message, self._fragments = b"".join(self._fragments), []
+                    self._message(message, self._fragment_text, recv_ns)
+            elif opcode == 9 and self.transport is not None:  # ping: answer it at once
+                self.transport.write(self._client_frame(0x8A, payload))
+            if not self._fast:  # a message failed the connection (invalid UTF-8)
+                return b""
+        self._pending = buf[pos:] if pos < n else b""
+        return b""
+
+    def _fail(self, code: CloseCode, reason: str) -> bytes:
+        """Fail the connection (close frame with ``code``) and stop parsing."""
+        self._fast, self._pending, self._fragments = False, b"", []
+        self.protocol.fail(code, reason)
+        self._write_pending()
+        self._expect_tcp_close()
+        return b""
+
     def _frame(self, frame: Frame, recv_ns: int) -> None:
         opcode = frame.opcode
         if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
@@ -157,9 +266,7 @@ class WebSocket(asyncio.Protocol):
             try:
                 message = data.decode()
             except UnicodeDecodeError:
-                self.protocol.fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text frame")
-                self._write_pending()
-                self._expect_tcp_close()
+                self._fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text frame")
                 return
         if self.on_message is not None:
             self.on_message(message, recv_ns)
@@ -206,16 +313,17 @@ class WebSocket(asyncio.Protocol):
         transport = self.transport
         if self.protocol.state is not OPEN or transport is None or transport.is_closing():
             raise self._closed_error()
-        transport.write(self._text_frame(message.encode()))
+        transport.write(self._client_frame(0x81, message.encode()))
 
-    def _text_frame(self, payload: bytes) -> bytes:
+    def _client_frame(self, first_byte: int, payload: bytes) -> bytes:
+        """One masked client frame: ``first_byte`` is FIN and the opcode (0x81: text)."""
         n = len(payload)
         if n < 126:
-            header = bytes((0x81, 0x80 | n))
+            header = bytes((first_byte, 0x80 | n))
         elif n < 65536:
-            header = struct.pack("!BBH", 0x81, 0xFE, n)
+            header = struct.pack("!BBH", first_byte, 0xFE, n)
         else:
-            header = struct.pack("!BBQ", 0x81, 0xFF, n)
+            header = struct.pack("!BBQ", first_byte, 0xFF, n)
         at = self._mask_at
         if at >= MASK_POOL_BYTES:
             self._masks, at = os.urandom(MASK_POOL_BYTES), 0
