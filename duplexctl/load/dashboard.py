@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
+import numpy as np
+
 from duplexctl.load.recorder import live_percentiles
 from duplexctl.report.summary import format_value
 
@@ -50,7 +52,11 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for code, n in snap.get("errors", {}).items():
             out["errors"][code] = out["errors"].get(code, 0) + n
         out["ttfa_window"].extend(snap.get("ttfa_window", []))
-        out["send_lag_window"].extend(snap.get("send_lag_window", []))
+        out["send_lag_window"].append(snap.get("send_lag_window", []))
+    # per worker an array (one value per append in the window): joined, not copied value
+    # by value into a list
+    lags = [np.asarray(x, dtype=float) for x in out["send_lag_window"] if len(x)]
+    out["send_lag_window"] = np.concatenate(lags) if lags else []
     return out
 
 

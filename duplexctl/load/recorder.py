@@ -82,7 +82,9 @@ class Recorder(Sink):
         self.admitted_live = 0
         self.capabilities: dict[str, Any] = {}
         self._live_ttfa: deque[tuple[float, float]] = deque()
-        self._live_lag: deque[tuple[float, float]] = deque()
+        # the live window of send lags: one (newest time, values) entry per folded batch, so
+        # thousands of appends a second do not become thousands of tuples
+        self._live_lag: deque[tuple[float, np.ndarray]] = deque()
         self._turns_file: IO[str] | None = None
         self._sessions_file: IO[str] | None = None
         if out_dir is not None:
@@ -161,9 +163,10 @@ class Recorder(Sink):
     def _fold_lags(self) -> None:
         ts, vs = self._lag_t, self._lag_v
         self._lag_t, self._lag_v = [], []
-        self._live_lag.extend(zip(ts, vs, strict=True))
+        values = np.array(vs, dtype=np.float64)
+        self._live_lag.append((max(ts), values))
         clipped = np.maximum(np.array(ts, dtype=np.float64), self.origin)
-        self._slicer.add_figures(clipped, "send_lag_ms", np.array(vs, dtype=np.float64))
+        self._slicer.add_figures(clipped, "send_lag_ms", values)
 
     def audio(self, t: float, audio_ms: float) -> None:
         self._slicer.add_audio(self._clip(t), audio_ms / 1000.0)
@@ -240,7 +243,9 @@ class Recorder(Sink):
             "turns": self.counts["turns"],
             "errors": dict(self.errors),
             "ttfa_window": [v for _t, v in self._live_ttfa],
-            "send_lag_window": [v for _t, v in self._live_lag],
+            "send_lag_window": (
+                np.concatenate([v for _t, v in self._live_lag]) if self._live_lag else []
+            ),
         }
 
     def headline(self) -> HistogramSet:
@@ -304,7 +309,7 @@ def live_percentiles(
     values: Iterable[float], ps: tuple[float, ...] = (50, 95, 99)
 ) -> list[float | None]:
     """Percentiles of a small live window (exact, numpy); Nones when empty."""
-    arr = np.fromiter(values, dtype=float)
+    arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
     if arr.size == 0:
         return [None for _ in ps]
     return [float(np.percentile(arr, p)) for p in ps]
