@@ -457,17 +457,12 @@ class DuplexConnection:
                 self._send_ack(ws)
 
     def _on_close(self, ws: WebSocket) -> None:
-        if ws.on_close is None:
-            return  # already handled
-        ws.on_close = None
         if self._ws is ws:
             self._ws = None
-        rcvd = ws.protocol.close_rcvd
-        if rcvd is not None:
-            code, reason = rcvd.code, rcvd.reason or "closed"
-        else:
-            code, reason = 1006, "connection lost"
-        self._on_socket_gone(code, reason)
+        lost = ws.protocol.close_rcvd is None  # no close frame: 1006
+        self._on_socket_gone(
+            ws.close_code, ws.close_reason or ("connection lost" if lost else "closed")
+        )
 
     def _on_socket_gone(self, code: int | None, reason: str) -> None:
         """Decide what a lost socket means: expected end, fault injection, or resume."""

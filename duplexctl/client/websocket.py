@@ -66,6 +66,15 @@ _FAST_OPCODES: Final = frozenset({0x0, 0x1, 0x2, 0x9, 0xA})
 WRITE_LIMIT: Final = 2**15
 
 
+_DATA_OPCODES: Final = frozenset({Opcode.CONT, Opcode.TEXT, Opcode.BINARY})
+
+
+def _resolve(future: asyncio.Future[None] | None) -> None:
+    """Wake whoever waits on ``future`` (if anyone still does)."""
+    if future is not None and not future.done():
+        future.set_result(None)
+
+
 class WebSocket(asyncio.Protocol):
     """One client websocket connection (see the module docstring)."""
 
@@ -164,8 +173,7 @@ class WebSocket(asyncio.Protocol):
             )
             self._response.exception()  # retrieved: nobody may be waiting any more
         self._wake()
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
+        _resolve(self._drain_waiter)
         self._closed.set_result(None)
         if self.on_close is not None:
             self.on_close(self)
@@ -175,8 +183,7 @@ class WebSocket(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
+        _resolve(self._drain_waiter)
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -192,8 +199,7 @@ class WebSocket(asyncio.Protocol):
             b0, b1 = buf[pos], buf[pos + 1]
             opcode = b0 & 0x0F
             if b1 & 0x80 or b0 & 0x70 or opcode not in _FAST_OPCODES:
-                self._fast, self._pending = False, b""
-                return buf[pos:]
+                return self._hand_over(buf[pos:])
             length, head = b1, 2
             if length == 126:
                 if n - pos < 4:
@@ -206,8 +212,7 @@ class WebSocket(asyncio.Protocol):
             if (opcode >= 8 and (length > 125 or not b0 & 0x80)) or (
                 max_size is not None and length > max_size
             ):
-                self._fast, self._pending = False, b""
-                return buf[pos:]
+                return self._hand_over(buf[pos:])
             end = pos + head + length
             if end > n:
                 break
@@ -216,26 +221,24 @@ class WebSocket(asyncio.Protocol):
             if opcode == 1 or opcode == 2:
                 if self._fragments:
                     return self._fail(CloseCode.PROTOCOL_ERROR, "expected a continuation frame")
-                if b0 & 0x80:
-                    self._message(payload, opcode == 1, recv_ns)
-                else:
-                    self._fragments = [payload]
-                    self._fragment_text = opcode == 1
+                self._data_frame(opcode, b0 & 0x80, payload, recv_ns)
             elif opcode == 0:
                 if not self._fragments:
                     return self._fail(CloseCode.PROTOCOL_ERROR, "unexpected continuation frame")
-                self._fragments.append(payload)
-                if max_size is not None and sum(map(len, self._fragments)) > max_size:
+                if max_size is not None and sum(map(len, self._fragments)) + length > max_size:
                     return self._fail(CloseCode.MESSAGE_TOO_BIG, "message over max_size")
-                if b0 & 0x80:
-                    message, self._fragments = b"".join(self._fragments), []
-                    self._message(message, self._fragment_text, recv_ns)
+                self._data_frame(0, b0 & 0x80, payload, recv_ns)
             elif opcode == 9 and self.transport is not None:  # ping: answer it at once
                 self.transport.write(self._client_frame(0x8A, payload))
             if not self._fast:  # a message failed the connection (invalid UTF-8)
                 return b""
         self._pending = buf[pos:] if pos < n else b""
         return b""
+
+    def _hand_over(self, rest: bytes) -> bytes:
+        """Leave fast mode: ``rest`` (from a frame boundary on) is websockets' to parse."""
+        self._fast, self._pending = False, b""
+        return rest
 
     def _fail(self, code: CloseCode, reason: str) -> bytes:
         """Fail the connection (close frame with ``code``) and stop parsing."""
@@ -246,19 +249,25 @@ class WebSocket(asyncio.Protocol):
         return b""
 
     def _frame(self, frame: Frame, recv_ns: int) -> None:
-        opcode = frame.opcode
-        if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
-            if not frame.fin:
-                self._fragments = [frame.data]
-                self._fragment_text = opcode is Opcode.TEXT
-                return
-            self._message(frame.data, opcode is Opcode.TEXT, recv_ns)
-        elif opcode is Opcode.CONT and self._fragments:
-            self._fragments.append(frame.data)
-            if frame.fin:
-                data, self._fragments = b"".join(self._fragments), []
-                self._message(data, self._fragment_text, recv_ns)
+        """A frame from websockets' parser (which already judged it)."""
+        if frame.opcode in _DATA_OPCODES:
+            self._data_frame(frame.opcode.value, frame.fin, frame.data, recv_ns)
         # ping, pong and close frames are the protocol's business
+
+    def _data_frame(self, opcode: int, fin: int | bool, payload: bytes, recv_ns: int) -> None:
+        """A text (1), binary (2) or continuation (0) frame, from either parser: whole
+        messages are delivered, fragments collected (a stray continuation is ignored)."""
+        if opcode:
+            if fin:
+                self._message(payload, opcode == 1, recv_ns)
+            else:
+                self._fragments = [payload]
+                self._fragment_text = opcode == 1
+        elif self._fragments:
+            self._fragments.append(payload)
+            if fin:
+                message, self._fragments = b"".join(self._fragments), []
+                self._message(message, self._fragment_text, recv_ns)
 
     def _message(self, data: bytes, text: bool, recv_ns: int) -> None:
         message: Message = data
@@ -275,8 +284,7 @@ class WebSocket(asyncio.Protocol):
             self._wake()
 
     def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        _resolve(self._waiter)
 
     async def recv(self) -> Message:
         """The next queued message (only before :meth:`deliver`); raises ConnectionClosed
