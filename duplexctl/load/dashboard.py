@@ -36,8 +36,10 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "turns": 0,
         "errors": {},
         "ttfa_window": [],
-        "send_lag_window": [],
     }
+    # per worker an array (one value per append in the window): joined once, not copied
+    # value by value into a list
+    lags: list[np.ndarray] = []
     for snap in snapshots:
         for key in (
             "active",
@@ -52,10 +54,9 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for code, n in snap.get("errors", {}).items():
             out["errors"][code] = out["errors"].get(code, 0) + n
         out["ttfa_window"].extend(snap.get("ttfa_window", []))
-        out["send_lag_window"].append(snap.get("send_lag_window", []))
-    # per worker an array (one value per append in the window): joined, not copied value
-    # by value into a list
-    lags = [np.asarray(x, dtype=float) for x in out["send_lag_window"] if len(x)]
+        window = snap.get("send_lag_window", [])
+        if len(window):
+            lags.append(np.asarray(window, dtype=float))
     out["send_lag_window"] = np.concatenate(lags) if lags else []
     return out
 
