@@ -574,24 +574,10 @@ class DuplexConnection:
         transport asks to pause): the resume wait is only entered when there is no socket,
         so the hot path (hundreds of sessions appending 10 times a second) stays cheap.
         """
-        ws = self._ws
-        if ws is not None:
-            try:
-                ws.send(text)
-            except ConnectionClosed:
-                pass  # retried below, exactly as a send on a broken socket always was
-            else:
-                now = time.monotonic_ns()
-                self._last_send_ns = now
-                if ws.paused:
-                    await ws.drain()
-                return now
-            await self._socket_gone(ws)
-            attempts = 1
-        else:
-            attempts = 2
-        for _ in range(attempts):
-            ws = await self._live_socket()
+        for _ in range(2):
+            ws = self._ws
+            if ws is None:
+                ws = await self._live_socket()  # waits for a running resume, or raises
             try:
                 ws.send(text)
             except ConnectionClosed:
