@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from duplexctl.audio.sendgrid import SendGrid
+
 
 class Pace(enum.StrEnum):
     """``realtime``: chunk k is due at t0 + k*chunk_ms. ``fast``: every chunk is due at once
@@ -218,6 +220,10 @@ class Pacer:
     loop iteration and rounded to the millisecond, and costs a ``get_running_loop`` per
     call) and ``asyncio.sleep``; tests inject a fake clock. ``t0`` is fixed by
     :meth:`start` or by the first :meth:`next_chunk`.
+
+    With a ``grid`` (many sessions in one process, ``load``), ``t0`` lands on one of the
+    grid's phases and sleeps are shared with the other pacers due at the same instant
+    (:mod:`duplexctl.audio.sendgrid`); :meth:`close` gives the phase back.
     """
 
     def __init__(
@@ -229,6 +235,7 @@ class Pacer:
         source: MicQueue | None = None,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
+        grid: SendGrid | None = None,
     ) -> None:
         samples = rate * chunk_ms / 1000.0
         if chunk_ms <= 0 or samples != math.floor(samples):
@@ -243,6 +250,8 @@ class Pacer:
         self._clock = clock if clock is not None else time.monotonic
         self._sleep = sleep if sleep is not None else self._sleep_on_loop
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._grid = grid
+        self._phase: int | None = None  # the grid phase held, if any
         self.t0: float | None = None
         self.index = 0  # index of the next chunk
         self.lag = SendLag(chunk_ms)
@@ -265,9 +274,20 @@ class Pacer:
             handle.cancel()
 
     def start(self, t0: float | None = None) -> float:
-        """Fix the schedule's origin (default: now). Chunk k is due at ``t0 + k*chunk_ms``."""
+        """Fix the schedule's origin (default: now, or the grid's next free phase from now).
+        Chunk k is due at ``t0 + k*chunk_ms``."""
+        if t0 is None and self._grid is not None and self.pace is Pace.REALTIME:
+            if self._phase is not None:
+                self._grid.leave(self._phase)
+            self._phase, t0 = self._grid.join(self.now())
         self.t0 = self.now() if t0 is None else t0
         return self.t0
+
+    def close(self) -> None:
+        """Give the grid phase back (a no-op without a grid); the pacer may not be reused."""
+        if self._grid is not None and self._phase is not None:
+            self._grid.leave(self._phase)
+            self._phase = None
 
     def scheduled(self, index: int) -> float:
         """Due time of chunk ``index``; computed from t0 each time, so it cannot drift."""
@@ -305,7 +325,10 @@ class Pacer:
         due = self.scheduled(self.index)
         delay = due - self.now()
         if delay > 0:
-            await self._sleep(delay)
+            if self._grid is not None:
+                await self._grid.sleep_until(due, delay)
+            else:
+                await self._sleep(delay)
         return self.take()
 
     def record_send(self, chunk: Chunk, sent: float | None = None) -> float:

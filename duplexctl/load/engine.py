@@ -5,7 +5,9 @@ script, closes it cleanly and starts over with a new session, so admission and s
 are exercised all run long. A user whose open is rejected backs off (0.25 s doubling to 4 s,
 jittered, protocol.md §7.6) and tries again. With ``--ramp`` user ``i`` is active while the
 ramp's target is above ``i``. First starts are spread over ``CLOSED_SPREAD_S`` so a hundred
-users do not speak in lock-step.
+users do not speak in lock-step; every session's appends go out on one of the process's
+send-grid phases (:mod:`duplexctl.audio.sendgrid`), so the loop wakes a few times per chunk
+period, not once per session.
 
 Open loop (``--rate R``): sessions start on the arrival schedule of
 :class:`~duplexctl.load.arrivals.ArrivalProcess`, whatever the server does — that is what
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.load.arrivals import ArrivalProcess, Ramp
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.monitor import CpuMeter, LoopLagMonitor
@@ -122,6 +125,7 @@ class Driver:
         self.stop = stop
         self.worker = worker
         self.appends = AppendCache(plan.settings.input_format_canonical)
+        self.send_grid = SendGrid(plan.replay.chunk_ms / 1000)
         seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**32)
         self.seed = seed
         self.rng = random.Random(seed)
@@ -156,6 +160,7 @@ class Driver:
             mix=c.mix,
             rng=random.Random(self.rng.random()),
             appends=self.appends,
+            send_grid=self.send_grid,
             open_timeout_s=c.open_timeout_s,
             close_timeout_s=c.close_timeout_s,
             api_key=c.api_key,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.client.connection import DuplexConnection, OpenFailed
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
@@ -158,6 +159,7 @@ class LoadSession:
         mix: Mix,
         rng: random.Random,
         appends: AppendCache,
+        send_grid: SendGrid | None = None,
         open_timeout_s: float = 30.0,
         close_timeout_s: float = 10.0,
         api_key: str | None = None,
@@ -171,6 +173,7 @@ class LoadSession:
         self.mix = mix
         self.rng = rng
         self.appends = appends
+        self.send_grid = send_grid
         self.open_timeout_s = open_timeout_s
         self.close_timeout_s = close_timeout_s
         self.api_key = api_key
@@ -198,6 +201,7 @@ class LoadSession:
             clips=self.script.clips,
             headless=Headless(
                 appends=self.appends,
+                send_grid=self.send_grid,
                 on_turn=lambda record, times: self.sink.turn(record, times, rec),
                 on_append=self.sink.send_lag,
                 on_audio=self.sink.audio,

@@ -50,6 +50,7 @@ from duplexctl import __version__
 from duplexctl.audio.pacer import MicQueue, Pacer
 from duplexctl.audio.pacer import Pace as PacerPace
 from duplexctl.audio.playback import PlaybackClock
+from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.client.connection import (
     ConnectionLost,
     ConnectionLostError,
@@ -204,9 +205,12 @@ class Headless:
     interrupted turn waits for its interrupting turn, for ``post_interrupt_ttfa_ms``);
     ``on_append`` gets (send s, send lag ms) of every append, ``on_audio`` (recv s, audio
     ms) of every non-empty delta of an answer, ``on_open`` the connection once admitted.
+    ``send_grid``, shared by the process's sessions, puts their appends on common phases
+    (:mod:`duplexctl.audio.sendgrid`).
     """
 
     appends: AppendCache | None = None
+    send_grid: SendGrid | None = None
     on_turn: Callable[[TurnRecord, TurnTimes], None] | None = None
     on_append: Callable[[float, float], None] | None = None
     on_audio: Callable[[float, float], None] | None = None
@@ -303,6 +307,7 @@ class Replay:
             s.input_rate,
             pace=PacerPace(config.pace.value),
             source=self.mic,
+            grid=headless.send_grid if headless is not None else None,
         )
         self.turns: list[_Turn] = []
         self.by_response: dict[str, _Turn] = {}
@@ -411,6 +416,7 @@ class Replay:
             for task in waiters | set(tasks):
                 with contextlib.suppress(BaseException):
                     await task
+            self.pacer.close()
             self._closing = True
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self.conn.close(timeout=close_timeout))

@@ -1,0 +1,171 @@
+"""The send grid: phase assignment, shared timers, and pacers (and load sessions) on it.
+
+Phase choice is pure arithmetic and is checked exactly; the shared sleep runs on a real
+event loop, with ``call_later`` counted to show that sleepers due at one instant share a
+timer. Load sessions on a grid are checked against a real loopback server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from duplexctl.audio.pacer import Pacer
+from duplexctl.audio.sendgrid import SendGrid
+from duplexctl.scenario.clips import AppendCache, load_clips
+from duplexctl.scenario.config import CliOptions, resolve
+from duplexctl.scenario.parse import parse_scenario
+from duplexctl.scenario.runner import Headless, Replay
+from duplexctl.server.app import start_server
+from duplexctl.server.config import ServerConfig
+
+RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def on_slot(t: float, grid: SendGrid) -> int:
+    """The slot number ``t`` lies on (fails if it is not on one)."""
+    n = round(t / grid.slot_s)
+    assert abs(t - n * grid.slot_s) < 1e-9
+    return n
+
+
+def test_joins_fill_the_least_occupied_phase_earliest_first() -> None:
+    grid = SendGrid(0.1, phases=4)
+    now = 12.3456
+    joined = [grid.join(now) for _ in range(8)]
+    starts = [t0 for _, t0 in joined]
+    assert all(now <= t0 < now + 0.1 for t0 in starts)  # nobody waits a whole period
+    assert starts[:4] == sorted(starts[:4])  # an empty grid: the next slots in order
+    assert sorted(p for p, _ in joined[:4]) == [0, 1, 2, 3]  # every phase once...
+    assert grid.members == [2, 2, 2, 2]  # ...then every phase twice
+    for phase, t0 in joined:
+        assert on_slot(t0, grid) % 4 == phase
+
+
+def test_a_phase_given_back_is_the_next_one_taken() -> None:
+    grid = SendGrid(0.1, phases=5)
+    phases = [grid.join(0.0)[0] for _ in range(5)]
+    assert phases == [0, 1, 2, 3, 4]
+    grid.leave(3)
+    phase, t0 = grid.join(0.0)
+    assert phase == 3 and t0 == pytest.approx(0.06)
+    assert grid.members == [1, 1, 1, 1, 1]
+
+
+def test_bad_grids_are_refused() -> None:
+    with pytest.raises(ValueError, match="period_s > 0"):
+        SendGrid(0.0)
+    with pytest.raises(ValueError, match="phases >= 1"):
+        SendGrid(0.1, phases=0)
+
+
+async def test_sleepers_due_together_share_one_timer_and_wake_on_time() -> None:
+    grid = SendGrid(0.1, phases=10)
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    real_call_later = loop.call_later
+
+    def counting_call_later(delay: float, callback, *args):  # type: ignore[no-untyped-def]
+        timers.append(delay)
+        return real_call_later(delay, callback, *args)
+
+    loop.call_later = counting_call_later  # type: ignore[method-assign]
+    woke: dict[str, float] = {}
+
+    async def sleeper(name: str, due: float) -> None:
+        await grid.sleep_until(due, due - time.monotonic())
+        woke[name] = time.monotonic()
+
+    try:
+        now = time.monotonic()
+        first, second = now + 0.05, now + 0.08
+        tasks = [
+            asyncio.create_task(sleeper("a", first)),
+            asyncio.create_task(sleeper("b", first)),
+            asyncio.create_task(sleeper("c", first)),
+            asyncio.create_task(sleeper("d", second)),
+        ]
+        cancelled = asyncio.create_task(sleeper("x", first))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.gather(*tasks)
+    finally:
+        del loop.call_later
+    assert len(timers) == 2  # one per distinct instant, not one per sleeper
+    assert set(woke) == {"a", "b", "c", "d"}  # a cancelled sleeper stops nobody else
+    assert all(woke[k] >= first - 0.002 for k in "abc") and woke["d"] >= second - 0.002
+
+
+async def test_pacers_on_a_grid_start_on_distinct_phases_and_give_them_back() -> None:
+    grid = SendGrid(0.1, phases=10)
+    pacers = [Pacer(100, 16000, grid=grid) for _ in range(3)]
+    sent: list[list[float]] = [[] for _ in pacers]
+
+    async def stream(i: int, pacer: Pacer) -> None:
+        for _ in range(3):
+            chunk = await pacer.next_chunk()
+            assert chunk is not None
+            sent[i].append(pacer.record_send(chunk))
+
+    await asyncio.gather(*(stream(i, p) for i, p in enumerate(pacers)))
+    phases = {on_slot(p.t0 or 0.0, grid) % 10 for p in pacers}
+    assert len(phases) == 3 and sum(grid.members) == 3
+    for p in pacers:
+        assert p.scheduled(2) - p.t0 == pytest.approx(0.2)  # the schedule itself is unchanged
+        assert 0 <= p.lag.max_ms < 50
+        p.close()
+        p.close()  # idempotent
+    assert grid.members == [0] * 10
+
+
+def test_a_fast_pacer_ignores_the_grid() -> None:
+    grid = SendGrid(0.1, phases=10)
+    pacer = Pacer(100, 16000, pace="fast", grid=grid)
+    t0 = pacer.start()
+    assert sum(grid.members) == 0 and t0 <= time.monotonic()
+
+
+async def test_headless_sessions_on_one_grid_stream_on_their_own_phases() -> None:
+    """Two load-style sessions sharing a grid: each starts on its own phase, both run their
+    turn through, and both phases are free again once the sessions closed."""
+    scenario = parse_scenario(
+        f"""
+[settings]
+turn_detection = "none"
+[[step]]
+action = "say"
+file = "{RECORDINGS / "short_ack.wav"}"
+[[step]]
+action = "wait"
+""",
+        RECORDINGS / "test.toml",
+    )
+    config = resolve(CliOptions(), scenario.settings)
+    s = config.settings
+    clips = load_clips(scenario, s.input_rate, s.input_format_canonical)
+    appends = AppendCache(s.input_format_canonical)
+    grid = SendGrid(config.chunk_ms / 1000, phases=4)
+    async with await start_server(
+        ServerConfig(host="127.0.0.1", port=0, reply_seconds=0.6, chunk_ms=200)
+    ) as srv:
+        runners = [
+            Replay(
+                scenario,
+                config,
+                srv.url,
+                clips=clips,
+                headless=Headless(appends=appends, send_grid=grid),
+            )
+            for _ in range(2)
+        ]
+        await asyncio.gather(*(r.drive() for r in runners))
+    assert all(r.completed and not r.problems for r in runners)
+    phases = [on_slot(r.pacer.t0 or 0.0, grid) % 4 for r in runners]
+    assert phases[0] != phases[1]
+    assert all(r.pacer.lag.count > 5 and r.pacer.lag.max_ms < config.chunk_ms for r in runners)
+    assert grid.members == [0, 0, 0, 0]
