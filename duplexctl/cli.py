@@ -543,6 +543,13 @@ def load(
     ] = None,
     slice_seconds: Annotated[float, typer.Option("--slice", help="Time slice length, s.")] = 10.0,
     chunk_ms: Annotated[int, typer.Option(help="Append size in ms.")] = 100,
+    send_phases: Annotated[
+        int,
+        typer.Option(
+            help="Appends of all sessions go out on N evenly spaced instants per chunk "
+            "(fewer: cheaper client, burstier arrival)."
+        ),
+    ] = 10,
     prebuffer_ms: Annotated[float, typer.Option(help="Simulated playback prebuffer.")] = 0.0,
     response_timeout: Annotated[float, typer.Option(help="Seconds to wait for an answer.")] = 20.0,
     model: ModelOption = None,
@@ -612,6 +619,7 @@ def load(
         auto_response=auto_response,
         session_file=session,
         chunk_ms=chunk_ms,
+        send_phases=send_phases,
         prebuffer_ms=prebuffer_ms,
         response_timeout_s=response_timeout,
         sessions=sessions,

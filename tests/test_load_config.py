@@ -45,6 +45,8 @@ def test_bad_mix_is_one_line(text: str, problem: str) -> None:
         ({"sessions": 1, "duration_s": 1, "ramp": "0:1,bad"}, "ramp"),
         ({"sessions": 1, "duration_s": 1, "url": "http://x"}, "ws://"),
         ({"sessions": 1, "duration_s": 1, "inputs": ["/nonexistent.wav"]}, "no such file"),
+        ({"sessions": 1, "duration_s": 1, "send_phases": 0}, "--send-phases must be between"),
+        ({"sessions": 1, "duration_s": 1, "chunk_ms": 20, "send_phases": 40}, r"chunk \(20 ms\)"),
     ],
 )
 def test_validate_refuses_bad_runs(kw: dict, problem: str) -> None:

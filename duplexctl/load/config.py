@@ -100,6 +100,7 @@ class LoadConfig:
     auto_response: bool | None = None
     session_file: str | None = None
     chunk_ms: int = 100
+    send_phases: int = 10  # appends go out on this many instants per chunk (audio.sendgrid)
     prebuffer_ms: float = 0.0
     response_timeout_s: float = DEFAULT_RESPONSE_TIMEOUT_S
     # offered load
@@ -175,6 +176,11 @@ class LoadConfig:
             raise BadInput("--burstiness applies to --arrival gamma only")
         if self.chunk_ms <= 0 or (16000 * self.chunk_ms) % 1000:
             raise BadInput(f"--chunk-ms {self.chunk_ms} is not a whole number of samples")
+        if not 1 <= self.send_phases <= self.chunk_ms:
+            raise BadInput(
+                f"--send-phases must be between 1 and the chunk ({self.chunk_ms} ms), "
+                f"got {self.send_phases}"
+            )
         if self.turn_detection not in (None, "server_vad", "none"):
             raise BadInput("--turn-detection must be server_vad or none")
         if self.step_duration_s <= 0:

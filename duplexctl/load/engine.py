@@ -125,7 +125,7 @@ class Driver:
         self.stop = stop
         self.worker = worker
         self.appends = AppendCache(plan.settings.input_format_canonical)
-        self.send_grid = SendGrid(plan.replay.chunk_ms / 1000)
+        self.send_grid = SendGrid(plan.replay.chunk_ms / 1000, config.send_phases)
         seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**32)
         self.seed = seed
         self.rng = random.Random(seed)
