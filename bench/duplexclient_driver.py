@@ -8,7 +8,8 @@ does with one WAV and client commits: it streams the WAV in ``--chunk-ms`` appen
 flatter the client), sends ``input_audio_buffer.commit`` right after the append that reaches
 ``speech_end + tail``, keeps streaming silence while the answer plays, and starts the WAV
 again once the answer is done and its audio has played out. An application-style consumer
-drains ``client.responses()`` / ``response.audio()`` as a real caller would.
+drains ``client.responses()`` / ``response.audio()`` as a real caller would, acking each
+chunk as it plays (``DuplexClient``'s documented playback contract).
 
 Timings are the ones vLLM-Omni itself would report: an ``EventCollector`` is attached to
 every session and, per answered turn, ``EventCollector.timing_summary(input_committed_at_s=
@@ -64,6 +65,7 @@ def _import_client_without_server_stack() -> None:
 
 _import_client_without_server_stack()
 
+from phase_grid import phase_start  # noqa: E402  (a script: bench/ is on the path)
 from vllm_omni.clients.duplex import (  # noqa: E402
     AudioFormat,
     DuplexClient,
@@ -120,6 +122,7 @@ async def run_session(
     duration_s: float,
     chunk_ms: int,
     start_at: float,
+    phase: tuple[int, int] | None = None,
 ) -> SessionResult:
     """One session: stream, commit, wait for the answer to play out, repeat until duration."""
     result = SessionResult()
@@ -138,10 +141,12 @@ async def run_session(
             consume = asyncio.create_task(collector.consume(client))
 
             async def drain_responses() -> None:
-                """What an application does: take each answer's audio as it arrives, let it
-                play, then ``playback.ack`` it (the server forces ``ack_only``: an unacked
-                answer keeps the turn and the next commit would wait behind it). One ack
-                after playout is what ``duplexctl load`` sends too, so traffic is equal."""
+                """What an application does, as ``DuplexClient``'s own docstring shows it: take
+                each chunk of an answer, play it, ``ack_playback(response.played_ms)``. Play is
+                a blocking real-time player here (it returns when the chunk has played out),
+                so one ack per chunk goes out on the playback clock — the same traffic as
+                ``duplexctl load``'s acks every 200 ms played (the server forces
+                ``ack_only``: an unacked answer keeps the turn)."""
                 with contextlib.suppress(DuplexClientError):
                     async for response in client.responses():
                         if response.decision == "listen":
@@ -153,7 +158,6 @@ async def run_session(
                         async for _chunk in response.audio():
                             if first_at is None:
                                 first_at = time.monotonic()
-                        if first_at is not None:
                             end = first_at + response.played_ms / 1000
                             await asyncio.sleep(max(0.0, end - time.monotonic()))
                             await client.ack_playback(
@@ -171,6 +175,8 @@ async def run_session(
             committed = False
             # time.monotonic, not loop.time(): uvloop's clock has 1 ms resolution
             t0 = time.monotonic()
+            if phase is not None:
+                t0 = phase_start(t0, phase[0], phase[1], period)
             for k in range(n_chunks):
                 due = t0 + k * period
                 delay = due - time.monotonic()
@@ -242,6 +248,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             args.duration,
             args.chunk_ms,
             t + args.ramp * i / args.sessions,
+            None if args.phases is None else (i, args.phases),
         )
         for i in range(args.sessions)
     ]
@@ -295,6 +302,9 @@ def main() -> None:
     parser.add_argument("--tail-ms", type=float, default=200.0, help="commit after speech end")
     parser.add_argument("--wav", type=Path, default=DEFAULT_WAV)
     parser.add_argument("--uvloop", action="store_true")
+    parser.add_argument(
+        "--phases", type=int, help="start each schedule on one of N send phases (as load does)"
+    )
     parser.add_argument("--raw", action="store_true", help="include every turn's timings")
     parser.add_argument("--turns-out", type=Path, help="write per-turn timings (JSONL)")
     args = parser.parse_args()

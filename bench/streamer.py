@@ -2,8 +2,8 @@
 
 It opens N sessions with plain ``websockets``, sends pre-encoded 100 ms appends of real
 speech (then silence) on an absolute schedule, counts what comes back and closes each
-session with ``session.close``. No protocol state, no playback clock, no acks: it is the
-practical floor against which ``duplexctl load`` and vLLM-Omni's ``DuplexClient`` are
+session with ``session.close``. No protocol state, no playback clock, one ack per answer: it
+is the practical floor against which ``duplexctl load`` and vLLM-Omni's ``DuplexClient`` are
 compared (issue 7), and the load generator of the ``serve`` capacity benchmark.
 
     python bench/streamer.py --url ws://127.0.0.1:8765/v1/realtime?duplex=1 --sessions 100
@@ -24,6 +24,11 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 from websockets.asyncio.client import connect
+
+try:
+    from bench.phase_grid import phase_start
+except ImportError:  # run as a script: bench/ itself is on the path
+    from phase_grid import phase_start
 
 # the top-level "type" is the first key every server here writes; reading it by regex keeps
 # the floor honest (replies are read) without paying for a full JSON decode per frame
@@ -81,7 +86,8 @@ SESSION = {
 #: --turn-detection none`` and the DuplexClient driver do, so the three carry equal traffic.
 COMMIT = '{"type": "input_audio_buffer.commit", "response_create": true}'
 #: The server forces ``playback_commit_policy: ack_only``: an unacknowledged answer keeps the
-#: turn, so a committing client acks once after the answer (as ``load`` does after playout).
+#: turn, so a committing client acks once after the answer. (``load`` and the DuplexClient
+#: driver ack as they play, ~10 acks and replies per 2 s answer: the floor stays a floor.)
 ACK_ALL = '{"type": "playback.ack", "played_ms": 1000000000, "committed_ms": 1000000000}'
 
 
@@ -92,6 +98,7 @@ async def run_session(
     chunk_ms: int,
     start_at: float,
     commit_at_ms: float | None = None,
+    phase: tuple[int, int] | None = None,
 ) -> SessionStats:
     stats = SessionStats()
     # time.monotonic, not loop.time(): uvloop's clock has 1 ms resolution
@@ -127,8 +134,8 @@ async def run_session(
                     return
 
         read_task = asyncio.create_task(reader())
-        t0 = clock()
         period = chunk_ms / 1000
+        t0 = clock() if phase is None else phase_start(clock(), phase[0], phase[1], period)
         n_chunks = int(duration_s / period)
         for k in range(n_chunks):
             due = t0 + k * period
@@ -156,12 +163,21 @@ async def run(
     ramp_s: float,
     wav: Path,
     commit_at_ms: float | None = None,
+    phases: int | None = None,
 ) -> dict[str, float]:
     frames = append_frames(wav, chunk_ms, silence_s=2.5)
     t = time.monotonic() + 0.1
     tasks = [
         asyncio.create_task(
-            run_session(url, frames, duration_s, chunk_ms, t + ramp_s * i / sessions, commit_at_ms)
+            run_session(
+                url,
+                frames,
+                duration_s,
+                chunk_ms,
+                t + ramp_s * i / sessions,
+                commit_at_ms,
+                None if phases is None else (i, phases),
+            )
         )
         for i in range(sessions)
     ]
@@ -195,6 +211,9 @@ def main() -> None:
     parser.add_argument("--wav", type=Path, default=DEFAULT_WAV)
     parser.add_argument("--uvloop", action="store_true")
     parser.add_argument(
+        "--phases", type=int, help="start each schedule on one of N send phases (as load does)"
+    )
+    parser.add_argument(
         "--commit-at-ms",
         type=float,
         help="client commits: turn_detection null, commit after the append reaching this "
@@ -211,6 +230,7 @@ def main() -> None:
         args.ramp,
         args.wav,
         args.commit_at_ms,
+        args.phases,
     )
     if args.uvloop:
         import uvloop
