@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from duplexctl.audio import pcm
+from duplexctl.audio.pacer import MicQueue
 from duplexctl.errors import BadInput
 from duplexctl.load.config import LoadConfig, Mix
 from duplexctl.load.script import AppendCache, build_script
@@ -73,7 +75,19 @@ def test_bundled_script_and_append_cache() -> None:
     assert script.turns >= 2 and script.interrupt.name == "interrupt.wav"
     utt = next(iter(script.clips.values()))
     cache = AppendCache()
-    view = utt.clip.samples[1600:3200]
-    assert cache.encode(view, False) is cache.encode(utt.clip.samples[1600:3200], False)
+    clip = utt.clip.samples
+    texts = []
+    for _ in range(2):  # two sessions' microphones speaking the same clip
+        mic = MicQueue(16000)
+        mic.play(clip)
+        chunks = [mic.read(1600) for _ in range(clip.size // 1600 + 1)]
+        texts.append([cache.encode(*c) for c in chunks])
+    assert all(a is b for a, b in zip(texts[0][:-1], texts[1][:-1], strict=True))  # cached
+    *views, edge = chunks
+    assert all(origin is not None and origin[0] is clip for _, _, origin in views)
+    assert edge[2] is None  # assembled across the clip's end: encoded each time, same text
+    assert texts[0][-1] == texts[1][-1] and texts[0][-1] is not texts[1][-1]
+    for (samples, _, _), text in zip(chunks, texts[0], strict=True):
+        assert text == pcm.b64encode(pcm.encode(samples, "pcm16"))
     silence = np.zeros(1600, dtype=np.float32)
     assert cache.encode(silence, True) is cache.encode(silence, True)

@@ -58,7 +58,10 @@ class Chunk:
     """One append: ``samples`` (float32 mono, do not modify: may be a view of the clip or a
     shared block of zeros) covering ``[audio_start_ms, audio_end_ms)`` of the user timeline,
     due at ``scheduled`` (seconds on the pacer's clock). ``silent`` means no clip sample is
-    in it (pure microphone silence). ``sent`` is filled in by :meth:`Pacer.record_send`."""
+    in it (pure microphone silence). ``origin`` is (clip array, first sample) when
+    ``samples`` is a view of one queued clip — a cheap identity for caches of encoded
+    chunks — and None for silence and for chunks assembled across a clip edge. ``sent`` is
+    filled in by :meth:`Pacer.record_send`."""
 
     index: int
     samples: np.ndarray
@@ -67,6 +70,7 @@ class Chunk:
     scheduled: float
     silent: bool
     sent: float | None = None
+    origin: tuple[np.ndarray, int] | None = None
 
     def reaches(self, u_ms: float) -> bool:
         """True for the append after which the server first has user audio up to ``u_ms``
@@ -130,7 +134,9 @@ class MicQueue:
                 f"cannot place a clip at {at_ms} ms: the user timeline is already at "
                 f"{1000.0 * earliest / self.rate} ms"
             )
-        data = np.asarray(samples, dtype=np.float32).reshape(-1)
+        data = np.asarray(samples, dtype=np.float32)
+        if data.ndim != 1:
+            data = data.reshape(-1)  # a 1-D clip stays the same object: Chunk.origin names it
         if data.size:
             self._segments.append((start, data))
             self._tail = start + data.size
@@ -146,8 +152,10 @@ class MicQueue:
         """True when a reader should stop (closed, and drained if asked to drain)."""
         return self.closed and (not self.drain or self.idle)
 
-    def read(self, n: int) -> tuple[np.ndarray, bool]:
-        """The next ``n`` samples and whether they are all silence. O(1) except at clip edges."""
+    def read(self, n: int) -> tuple[np.ndarray, bool, tuple[np.ndarray, int] | None]:
+        """The next ``n`` samples, whether they are all silence, and (clip, first sample)
+        when they are a view of one clip (see :attr:`Chunk.origin`). O(1) except at clip
+        edges."""
         start, end = self._pos, self._pos + n
         self._pos = end
         segments = self._segments
@@ -157,17 +165,18 @@ class MicQueue:
             if self._zeros.size != n:
                 self._zeros = np.zeros(n, dtype=np.float32)
                 self._zeros.flags.writeable = False
-            return self._zeros, True
+            return self._zeros, True, None
         seg_start, seg = segments[0]
         if seg_start <= start and seg_start + seg.size >= end:
-            return seg[start - seg_start : end - seg_start], False
+            offset = start - seg_start
+            return seg[offset : offset + n], False, (seg, offset)
         out = np.zeros(n, dtype=np.float32)  # straddles a clip edge: assemble
         for seg_start, seg in segments:
             if seg_start >= end:
                 break
             lo, hi = max(seg_start, start), min(seg_start + seg.size, end)
             out[lo - start : hi - start] = seg[lo - seg_start : hi - seg_start]
-        return out, False
+        return out, False, None
 
 
 class SendLag:
@@ -304,7 +313,7 @@ class Pacer:
             self.start()
         k = self.index
         self.index += 1
-        samples, silent = self.source.read(self.chunk_samples)
+        samples, silent, origin = self.source.read(self.chunk_samples)
         return Chunk(
             index=k,
             samples=samples,
@@ -312,6 +321,7 @@ class Pacer:
             audio_end_ms=float((k + 1) * self.chunk_ms),
             scheduled=self.scheduled(k) if scheduled is None else scheduled,
             silent=silent,
+            origin=origin,
         )
 
     async def next_chunk(self) -> Chunk | None:

@@ -54,40 +54,44 @@ def load_clips(scenario: Scenario, rate: int, wire_format: str) -> dict[Path, Sp
 
 
 class AppendCache:
-    """base64 of append chunks in one wire format, computed once per (clip view, length).
+    """base64 of append chunks in one wire format, computed once per (clip, offset, length).
 
-    A chunk that is a view into a preloaded clip is identified by its data address and
-    length; the cache keeps a reference to the clip array it saw, so that address cannot be
-    reused by another array while the entry lives. Silence is keyed by its length alone.
-    Assembled chunks (a clip edge inside the chunk: they own their data) are encoded each
-    time. Bounded by ``limit`` entries: beyond it, chunks are encoded without being kept.
+    A chunk that is a view into a preloaded clip comes with its origin (the clip array and
+    the offset of its first sample, :attr:`~duplexctl.audio.pacer.Chunk.origin`); the cache
+    keeps a reference to the clip it saw, so that clip's ``id`` cannot be reused by another
+    array while the entry lives. Silence is keyed by its length alone. Chunks without an
+    origin (a clip edge inside the chunk: they own their data) are encoded each time.
+    Bounded by ``limit`` entries: beyond it, chunks are encoded without being kept.
     """
 
     def __init__(self, wire_format: str = "pcm16", limit: int = 20_000) -> None:
         self.wire_format = wire_format
-        self._views: dict[tuple[int, int], tuple[np.ndarray, str]] = {}
+        self._views: dict[tuple[int, int, int], tuple[np.ndarray, str]] = {}
         self._silence: dict[int, str] = {}
         self._limit = limit
 
     def _encode(self, samples: np.ndarray) -> str:
         return pcm.b64encode(pcm.encode(samples, self.wire_format))
 
-    def encode(self, samples: np.ndarray, silent: bool) -> str:
-        """The append's ``audio`` field for ``samples`` (``silent``: all zeros)."""
+    def encode(
+        self, samples: np.ndarray, silent: bool, origin: tuple[np.ndarray, int] | None = None
+    ) -> str:
+        """The append's ``audio`` field for ``samples`` (``silent``: all zeros; ``origin``:
+        the clip and offset ``samples`` is a view of, if it is one)."""
         if silent:
             found = self._silence.get(samples.size)
             if found is None:
                 zeros = np.zeros(samples.size, dtype=np.float32)
                 found = self._silence[samples.size] = self._encode(zeros)
             return found
-        base = samples.base
-        if base is None:
+        if origin is None:
             return self._encode(samples)
-        key = (samples.__array_interface__["data"][0], samples.size)
+        clip, offset = origin
+        key = (id(clip), offset, samples.size)
         entry = self._views.get(key)
         if entry is not None:
             return entry[1]
         text = self._encode(samples)
         if len(self._views) < self._limit:
-            self._views[key] = (base, text)
+            self._views[key] = (clip, text)
         return text

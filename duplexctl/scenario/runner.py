@@ -510,14 +510,14 @@ class Replay:
             if text_only:
                 sent = await self._send_text(
                     append_text(
-                        encode(chunk.samples, chunk.silent),
+                        encode(chunk.samples, chunk.silent, chunk.origin),
                         audio_end_ms=int(chunk.audio_end_ms),
                         duration_ms=chunk_ms,
                     )
                 )
             else:
                 event = cs.append(
-                    encode(chunk.samples, chunk.silent),
+                    encode(chunk.samples, chunk.silent, chunk.origin),
                     duration_ms=chunk_ms,
                     audio_end_ms=int(chunk.audio_end_ms),
                 )
