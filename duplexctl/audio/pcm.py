@@ -7,10 +7,10 @@ functions work on mono float32 numpy arrays in [-1, 1].
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Final
 
 import numpy as np
+import pybase64
 
 # Input format spellings accepted by vLLM-Omni (session.update / append ``format``).
 FORMAT_ALIASES: Final[dict[str, str]] = {
@@ -52,15 +52,26 @@ def normalize_format(name: str, *, output: bool = False) -> str | None:
 
 
 def b64decode(text: str) -> bytes:
-    """Strict base64 decoding: characters outside the alphabet are an error."""
+    """Strict base64 decoding: characters outside the alphabet are an error
+    (:class:`AudioDecodeError`), exactly as ``base64.b64decode(validate=True)`` judges.
+
+    pybase64 (SIMD) decodes a 200 ms delta ~30x faster than the standard library, whose
+    validation is a regex over the whole payload; it is stricter in one respect (it refuses
+    padding after a complete quantum, ``"QUJD="``), so on its error the standard library
+    decides — errors are rare, the fast path is every valid payload.
+    """
+    try:
+        return pybase64.b64decode(text, validate=True)
+    except ValueError:
+        pass
     try:
         return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError) as exc:
+    except ValueError as exc:  # binascii.Error is a ValueError
         raise AudioDecodeError("input audio is not valid base64") from exc
 
 
 def b64encode(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+    return pybase64.b64encode(data).decode("ascii")
 
 
 def pcm16_to_float(data: bytes) -> np.ndarray:

@@ -18,7 +18,6 @@ use what an earlier one found instead of measuring it again.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import time
 from collections.abc import Callable
@@ -610,7 +609,3 @@ class ProbeContext:
                     await raw.close_session(3.0)
             with contextlib.suppress(Exception):
                 raw.ws.transport.abort()
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")

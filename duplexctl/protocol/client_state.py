@@ -41,8 +41,6 @@ Public API::
 
 from __future__ import annotations
 
-import base64
-import binascii
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -273,12 +271,12 @@ class ResponseTrack:
 def _b64(text: str) -> tuple[bytes, str | None]:
     """Strict base64; a payload cut at a non-quantum boundary decodes its whole prefix."""
     try:
-        return base64.b64decode(text, validate=True), None
-    except (binascii.Error, ValueError):
+        return pcm.b64decode(text), None
+    except pcm.AudioDecodeError:
         cut = text[: len(text) - len(text) % 4]
         try:
-            return base64.b64decode(cut, validate=True), "audio delta is not valid base64"
-        except (binascii.Error, ValueError):
+            return pcm.b64decode(cut), "audio delta is not valid base64"
+        except pcm.AudioDecodeError:
             return b"", "audio delta is not valid base64"
 
 
@@ -791,7 +789,7 @@ class ClientSession:
         clip once per process, not once per session and append."""
         return self._event(
             "input_audio_buffer.append",
-            audio=audio if isinstance(audio, str) else base64.b64encode(audio).decode("ascii"),
+            audio=audio if isinstance(audio, str) else pcm.b64encode(audio),
             format=format,
             sample_rate_hz=sample_rate_hz,
             audio_start_ms=audio_start_ms,

@@ -19,8 +19,6 @@ The API key is never passed in, so it cannot be written.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import os
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from duplexctl.audio import pcm
 from duplexctl.audio.resample import StreamResampler, resample
 from duplexctl.audio.writers import ConversationWavWriter, WavWriter
 from duplexctl.protocol import codec
@@ -42,8 +41,8 @@ _SNAP_MS: Final = 20.0
 
 def _b64_len(text: str) -> int:
     try:
-        return len(base64.b64decode(text, validate=True))
-    except (binascii.Error, ValueError):
+        return len(pcm.b64decode(text))
+    except pcm.AudioDecodeError:
         return (len(text) * 3) // 4
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from duplexctl.probe.context import MiB, ProbeContext, b64
+from duplexctl.audio import pcm
+from duplexctl.probe.context import MiB, ProbeContext
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
 from duplexctl.protocol import ids
@@ -47,7 +48,7 @@ def _cases() -> list[tuple[str, dict[str, Any] | str, frozenset[str]]]:
             "PCM16 audio with an odd byte count",
             {
                 "type": "input_audio_buffer.append",
-                "audio": b64(b"\x00\x01\x02"),
+                "audio": pcm.b64encode(b"\x00\x01\x02"),
                 "event_id": ids.client_event_id(),
             },
             frozenset({"bad_audio"}),
