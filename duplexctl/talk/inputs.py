@@ -126,6 +126,6 @@ class FileInput:
                 await asyncio.sleep(delay)
             if self._stopped:
                 return
-            samples, _ = self.queue.read(self.block_samples)
+            samples, _, _ = self.queue.read(self.block_samples)
             yield InputBlock(np.array(samples, copy=True), k * self.block_ms, self.t0 + k * step)
             k += 1
