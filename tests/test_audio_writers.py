@@ -117,8 +117,10 @@ def test_write_wav_one_shot(tmp_path: Path) -> None:
 
 CHILD = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     import numpy as np
+    # a child started from a shell's background job inherits SIGINT ignored: restore it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {root!r})
     from duplexctl.audio.writers import ConversationWavWriter, WavWriter
     mono = WavWriter({mono!r}, 16000)
