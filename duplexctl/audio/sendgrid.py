@@ -2,9 +2,9 @@
 
 Why this exists: a pacer that sleeps on its own timer costs one event-loop wake-up per
 session per chunk — 1,000 wake-ups a second at 100 sessions of 100 ms appends, each with its
-epoll round, timer bookkeeping and task switch. In ``load`` that wake-up, not the send, was
-the largest cost left (issue 7). A :class:`SendGrid` divides the chunk period into
-``phases`` slots (10 by default: 10 ms apart for 100 ms chunks):
+epoll round, timer bookkeeping and task switch, a large share of ``load``'s CPU (measured in
+BENCHMARKS.md, round 3). A :class:`SendGrid` divides the chunk period into ``phases`` slots
+(10 by default: 10 ms apart for 100 ms chunks):
 
 * a pacer joining the grid starts its schedule (``t0``) on a slot of the **least occupied**
   phase, the earliest such slot from now — so the server still sees appends spread evenly
