@@ -30,15 +30,15 @@ async def _start(handler: Handler, **kwargs: Any) -> tuple[Server, str]:
     return server, f"ws://127.0.0.1:{port}/v1/realtime"
 
 
+async def _echo(ws: ServerConnection) -> None:
+    """Echoes every message back, prefixed with its length as the server parsed it."""
+    async for message in ws:
+        await ws.send(f"{len(message)}:{message}")
+
+
 @pytest.fixture
 async def echo_url() -> AsyncIterator[str]:
-    """Echoes every message back, prefixed with its length as the server parsed it."""
-
-    async def echo(ws: ServerConnection) -> None:
-        async for message in ws:
-            await ws.send(f"{len(message)}:{message}")
-
-    server, url = await _start(echo, max_size=None)
+    server, url = await _start(_echo, max_size=None)
     async with server:
         yield url
 
@@ -183,11 +183,7 @@ def test_the_same_under_uvloop() -> None:
     uvloop = pytest.importorskip("uvloop")
 
     async def scenario() -> list[str]:
-        async def echo(ws: ServerConnection) -> None:
-            async for message in ws:
-                await ws.send(f"{len(message)}:{message}")
-
-        server, url = await _start(echo, max_size=None)
+        server, url = await _start(_echo, max_size=None)
         async with server:
             ws = await open_websocket(url, max_size=None)
             got: list[str] = []
