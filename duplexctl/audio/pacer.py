@@ -24,7 +24,6 @@ reports the moment the send returned with :meth:`Pacer.record_send`.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import math
 import time
@@ -216,23 +215,19 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[object]]
 
 
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
 class Pacer:
     """Cuts the microphone into ``chunk_ms`` appends due at ``t0 + k * chunk_ms``.
 
-    ``clock`` / ``sleep`` default to ``time.monotonic`` (the clock metrics.md measures
-    with, and the one send times are stamped with; uvloop's ``loop.time()`` is cached per
-    loop iteration and rounded to the millisecond, and costs a ``get_running_loop`` per
-    call) and ``asyncio.sleep``; tests inject a fake clock. ``t0`` is fixed by
-    :meth:`start` or by the first :meth:`next_chunk`.
+    ``clock`` defaults to ``time.monotonic`` (the clock metrics.md measures with, and the
+    one send times are stamped with; uvloop's ``loop.time()`` is cached per loop iteration
+    and rounded to the millisecond, and costs a ``get_running_loop`` per call); tests
+    inject a fake clock and ``sleep``. ``t0`` is fixed by :meth:`start` or by the first
+    :meth:`next_chunk`.
 
-    With a ``grid`` (many sessions in one process, ``load``), ``t0`` lands on one of the
-    grid's phases and sleeps are shared with the other pacers due at the same instant
-    (:mod:`duplexctl.audio.sendgrid`); :meth:`close` gives the phase back.
+    Sleeps are timers of a :class:`~duplexctl.audio.sendgrid.SendGrid`: the ``grid`` given
+    (many sessions in one process, ``load``: ``t0`` lands on one of its phases, sleeps are
+    shared with the other pacers due at the same instant, :meth:`close` gives the phase
+    back), or the pacer's own, used for its timers only.
     """
 
     def __init__(
@@ -257,9 +252,9 @@ class Pacer:
         if self.source.rate != rate:
             raise ValueError(f"source rate {self.source.rate} != pacer rate {rate}")
         self._clock = clock if clock is not None else time.monotonic
-        self._sleep = sleep if sleep is not None else self._sleep_on_loop
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sleep = sleep
         self._grid = grid
+        self._timers = grid if grid is not None else SendGrid(chunk_ms / 1000)
         self._phase: int | None = None  # the grid phase held, if any
         self.t0: float | None = None
         self.index = 0  # index of the next chunk
@@ -267,20 +262,6 @@ class Pacer:
 
     def now(self) -> float:
         return self._clock()
-
-    async def _sleep_on_loop(self, delay: float) -> None:
-        """``asyncio.sleep`` on the loop found at the first call: the same future and timer,
-        without ``get_running_loop`` (a ``getpid`` syscall per call on Python 3.11 — 8 % of
-        load's microphone loop at 100 sessions)."""
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        handle = loop.call_later(delay, _wake, future)
-        try:
-            await future
-        finally:
-            handle.cancel()
 
     def start(self, t0: float | None = None) -> float:
         """Fix the schedule's origin (default: now, or the grid's next free phase from now).
@@ -335,10 +316,10 @@ class Pacer:
         due = self.scheduled(self.index)
         delay = due - self.now()
         if delay > 0:
-            if self._grid is not None:
-                await self._grid.sleep_until(due, delay)
-            else:
+            if self._sleep is not None:
                 await self._sleep(delay)
+            else:
+                await self._timers.sleep_until(due, delay)
         return self.take()
 
     def record_send(self, chunk: Chunk, sent: float | None = None) -> float:
