@@ -15,6 +15,7 @@ import pytest
 
 from duplexctl.audio.pacer import Pacer
 from duplexctl.audio.sendgrid import SendGrid
+from duplexctl.load.monitor import LoopLagMonitor
 from duplexctl.scenario.clips import AppendCache, load_clips
 from duplexctl.scenario.config import CliOptions, resolve
 from duplexctl.scenario.parse import parse_scenario
@@ -169,3 +170,50 @@ action = "wait"
     assert phases[0] != phases[1]
     assert all(r.pacer.lag.count > 5 and r.pacer.lag.max_ms < config.chunk_ms for r in runners)
     assert grid.members == [0, 0, 0, 0]
+
+
+def test_next_instant_is_the_earliest_slot_of_an_occupied_phase() -> None:
+    grid = SendGrid(0.1, phases=10)
+    assert grid.next_instant(0.123) == pytest.approx(0.13)  # empty: the next slot
+    assert grid.next_instant(0.13) == pytest.approx(0.13)  # on a slot: that slot
+    phase, _ = grid.join(0.157)  # phase 6 (slot 16)
+    assert phase == 6
+    assert on_slot(grid.next_instant(0.123), grid) == 16
+    assert on_slot(grid.next_instant(0.161), grid) == 26  # a period later, same phase
+    grid.join(0.157)  # phase 7 (slot 17)
+    assert on_slot(grid.next_instant(0.161), grid) == 17
+
+
+async def test_the_loop_lag_sampler_wakes_with_the_pacers_not_on_its_own() -> None:
+    """On a grid, the sampler's instants are the pacers' instants: it adds no timer."""
+    grid = SendGrid(0.1, phases=10)
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    real_call_later = loop.call_later
+
+    def counting_call_later(delay: float, callback, *args):  # type: ignore[no-untyped-def]
+        timers.append(delay)
+        return real_call_later(delay, callback, *args)
+
+    samples: list[tuple[float, float]] = []
+    pacer = Pacer(100, 16000, grid=grid)
+    pacer.start()
+    monitor = LoopLagMonitor(lambda t, lag: samples.append((t, lag)), grid=grid)
+    loop.call_later = counting_call_later  # type: ignore[method-assign]
+    try:
+        monitor.start()
+        for _ in range(6):
+            chunk = await pacer.next_chunk()
+            assert chunk is not None
+            pacer.record_send(chunk)
+        await monitor.stop()
+    finally:
+        del loop.call_later
+        pacer.close()
+    assert len(samples) >= 4
+    # one timer per pacer instant (6), plus at most the sampler's next one, pending when it
+    # was stopped; a sampler with a timer of its own would have added one per sample
+    assert len(timers) <= 7
+    for t, lag_ms in samples:
+        assert 0.0 <= lag_ms < 50.0
+        assert on_slot(t - lag_ms / 1000, grid) % 10 == on_slot(pacer.t0 or 0.0, grid) % 10

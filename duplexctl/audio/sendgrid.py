@@ -50,6 +50,16 @@ class SendGrid:
     def leave(self, phase: int) -> None:
         self.members[phase] -= 1
 
+    def next_instant(self, after: float) -> float:
+        """The earliest slot instant at or after ``after`` on which some pacer is due (any
+        slot when the grid is empty): another periodic task sleeping until it
+        (:meth:`sleep_until`) shares that wake-up instead of adding one of its own."""
+        first = math.ceil(after / self.slot_s - 1e-9)
+        for slot in range(first, first + self.phases):
+            if self.members[slot % self.phases]:
+                return slot * self.slot_s
+        return first * self.slot_s
+
     async def sleep_until(self, due: float, delay: float) -> None:
         """Sleep ``delay`` seconds, until ``due`` on the caller's clock; callers due at the
         same instant (to the microsecond) share the first one's timer and wake together."""

@@ -132,7 +132,7 @@ class Driver:
         self.started = 0
         self.tasks: set[asyncio.Task[Any]] = set()
         self.cpu = CpuMeter()
-        self.loop_lag = LoopLagMonitor(recorder.loop_lag)
+        self.loop_lag = LoopLagMonitor(recorder.loop_lag, grid=self.send_grid)
         self.end_reason = ""
 
     # -- timing ------------------------------------------------------------------------------

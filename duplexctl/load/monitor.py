@@ -6,6 +6,11 @@ samples its own event loop: a task asks to wake every 100 ms and records how lat
 it shows up as send lag), and the process's CPU time over the run gives ``client_cpu_percent``
 (100 = one core). Both go into the report next to the send lag; a run whose send lag p99
 exceeds one chunk is flagged ``invalid_pacing`` by the report, not here.
+
+With a send grid the sampler wakes on the grid's instants (every ``period_s``, on a phase
+whose pacers are due then), sharing their wake-up: on these virtual machines a wake-up after
+an idle gap costs ~0.2 ms of CPU by itself (``bench/wake_cost.py``), and a sampler of its
+own would add ten a second to the process it is meant to watch.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from duplexctl.audio.sendgrid import SendGrid
+
 LOOP_LAG_PERIOD_S: Final = 0.1
 
 
@@ -23,10 +30,14 @@ class LoopLagMonitor:
     """Samples event-loop lag every ``period_s`` until stopped; calls ``record(t, lag_ms)``."""
 
     def __init__(
-        self, record: Callable[[float, float], None], period_s: float = LOOP_LAG_PERIOD_S
+        self,
+        record: Callable[[float, float], None],
+        period_s: float = LOOP_LAG_PERIOD_S,
+        grid: SendGrid | None = None,
     ) -> None:
         self.record = record
         self.period_s = period_s
+        self.grid = grid
         self.max_ms = 0.0
         self.samples = 0
         self._task: asyncio.Task[None] | None = None
@@ -35,17 +46,24 @@ class LoopLagMonitor:
         self._task = asyncio.create_task(self._run(), name="loop-lag")
 
     async def _run(self) -> None:
-        due = time.monotonic() + self.period_s
+        due = self._next(time.monotonic() + self.period_s)
         while True:
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            delay = max(0.0, due - time.monotonic())
+            if self.grid is not None:
+                await self.grid.sleep_until(due, delay)
+            else:
+                await asyncio.sleep(delay)
             now = time.monotonic()
             lag_ms = max(0.0, (now - due) * 1000.0)
             self.max_ms = max(self.max_ms, lag_ms)
             self.samples += 1
             self.record(now, lag_ms)
-            due += self.period_s
+            due = self._next(due + self.period_s)
             if due < now:  # fell more than a period behind: re-anchor, do not burst
-                due = now + self.period_s
+                due = self._next(now + self.period_s)
+
+    def _next(self, after: float) -> float:
+        return after if self.grid is None else self.grid.next_instant(after)
 
     async def stop(self) -> None:
         if self._task is not None:
