@@ -255,6 +255,46 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def fit(rows: list[dict[str, Any]], client: str) -> tuple[float, float] | None:
+    """(fixed CPU s per minute, CPU s per session-minute): least squares of the process's CPU
+    per minute against its admitted sessions, over every round of every N."""
+    points = [
+        (float(r["admitted"]), r["cpu_s_per_session_min"] * r["admitted"])
+        for r in rows
+        if r["client"] == client and "error" not in r and r.get("cpu_s_per_session_min")
+    ]
+    if len({x for x, _ in points}) < 2:
+        return None
+    slope, intercept = statistics.linear_regression(*zip(*points, strict=True))
+    return intercept, slope
+
+
+def print_fit(rows: list[dict[str, Any]], clients: list[str]) -> None:
+    """Split each client's CPU into a part that does not grow with N and a per-session part.
+
+    CPU s per session-minute at one N mixes what the process costs whatever it runs (mostly
+    waking up ``--phases`` × 10 times a second, ~0.2 ms of CPU per wake-up on these machines:
+    ``bench/wake_cost.py``) divided by N, with what each session adds. A straight line over
+    the measured N separates them well enough to compare the clients' per-session costs
+    apart from the floor they share; it is a fit over this range, not a law (sessions get
+    cheaper as more share a wake-up, and that curvature lands in the fixed part).
+    """
+    fits = {c: fit(rows, c) for c in clients}
+    if not any(fits.values()):
+        return
+    print()
+    print("fit over N (CPU s per minute = fixed + per_session × sessions):")
+    print("client | fixed CPU s/min | fixed % core | per-session CPU s/session·min")
+    for client, f in fits.items():
+        if f is not None:
+            print(f"{client} | {f[0]:.2f} | {f[0] / 0.6:.1f} | {f[1]:.4f}")
+    load, floor, peer = (fits.get(c) for c in CLIENTS)
+    if load and floor:
+        print(f"per-session load/streamer: {load[1] / floor[1]:.2f} (goal ≤1.5)")
+    if load and peer:
+        print(f"per-session duplexclient/load: {peer[1] / load[1]:.2f} (goal ≥2)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", default="50,100,200", help="comma-separated counts")
@@ -344,6 +384,7 @@ def main() -> None:
         r1 = load / floor if load and floor else None
         r2 = peer / load if load and peer else None
         print(" | ".join(fmt(v) for v in (n, load, floor, peer, r1, r2)))
+    print_fit(rows, clients)
     print()
     for client in clients:
         print(
