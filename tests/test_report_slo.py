@@ -137,6 +137,24 @@ def test_evaluate_unknown_metric_is_a_clear_error() -> None:
     assert evaluate([slo], present)[0].passed
 
 
+def test_every_figure_load_headlines_can_be_gated() -> None:
+    """load's report headlines these figures; an SLO naming any of them must parse (the
+    coordinated-omission-corrected ``ttfa_with_queue`` once could not)."""
+    from duplexctl.load.results import HEADLINE_METRICS
+
+    for metric in HEADLINE_METRICS:
+        assert parse_slo(f"{metric.removesuffix('_ms')}_p99<=1s").metric
+    hs = HistogramSet()
+    for v in (100.0, 200.0, 1500.0):
+        hs.record("ttfa_with_queue_ms", v)
+        hs.record("turn_with_queue_ms", v + 1000)
+    results = evaluate(parse_slos(["ttfa_with_queue_max<=1s", "turn_with_queue_p50<=1.5s"]), hs)
+    assert [(r.passed, r.actual) for r in results] == [
+        (False, pytest.approx(1500.0, rel=1e-3)),
+        (True, pytest.approx(1200.0, rel=1e-3)),
+    ]
+
+
 def test_slo_holds_operators() -> None:
     def slo(op: str) -> Slo:
         return Slo(expr="x", metric="x", stat=None, op=op, threshold=1.0, unit=None)

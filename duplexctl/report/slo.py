@@ -63,6 +63,8 @@ HISTOGRAM_METRICS: frozenset[str] = frozenset(
         "audio_gap_ms",
         "send_lag_ms",
         "client_queue_ms",
+        "ttfa_with_queue_ms",
+        "turn_with_queue_ms",
         "loop_lag_ms",
     }
 )
