@@ -172,6 +172,22 @@ action = "wait"
     assert grid.members == [0, 0, 0, 0]
 
 
+async def test_a_first_sleeper_wakes_ahead_of_those_due_with_it() -> None:
+    grid = SendGrid(0.1, phases=10)
+    order: list[str] = []
+    due = time.monotonic() + 0.03
+
+    async def sleeper(name: str, first: bool = False) -> None:
+        await grid.sleep_until(due, due - time.monotonic(), first=first)
+        order.append(name)
+
+    tasks = [asyncio.create_task(sleeper("a")), asyncio.create_task(sleeper("b"))]
+    await asyncio.sleep(0)  # a and b are waiting
+    tasks.append(asyncio.create_task(sleeper("sampler", first=True)))
+    await asyncio.gather(*tasks)
+    assert order == ["sampler", "a", "b"]
+
+
 def test_next_instant_is_the_earliest_slot_of_an_occupied_phase() -> None:
     grid = SendGrid(0.1, phases=10)
     assert grid.next_instant(0.123) == pytest.approx(0.13)  # empty: the next slot
@@ -196,6 +212,7 @@ async def test_the_loop_lag_sampler_wakes_with_the_pacers_not_on_its_own() -> No
         return real_call_later(delay, callback, *args)
 
     samples: list[tuple[float, float]] = []
+    sent: list[float] = []
     pacer = Pacer(100, 16000, grid=grid)
     pacer.start()
     monitor = LoopLagMonitor(lambda t, lag: samples.append((t, lag)), grid=grid)
@@ -206,6 +223,7 @@ async def test_the_loop_lag_sampler_wakes_with_the_pacers_not_on_its_own() -> No
             chunk = await pacer.next_chunk()
             assert chunk is not None
             pacer.record_send(chunk)
+            sent.append(chunk.sent or 0.0)
         await monitor.stop()
     finally:
         del loop.call_later
@@ -216,4 +234,8 @@ async def test_the_loop_lag_sampler_wakes_with_the_pacers_not_on_its_own() -> No
     assert len(timers) <= 7
     for t, lag_ms in samples:
         assert 0.0 <= lag_ms < 50.0
-        assert on_slot(t - lag_ms / 1000, grid) % 10 == on_slot(pacer.t0 or 0.0, grid) % 10
+        due = t - lag_ms / 1000
+        assert on_slot(due, grid) % 10 == on_slot(pacer.t0 or 0.0, grid) % 10
+        # woken ahead of the pacer due with it: the lag is the wake-up's, not the send's
+        send = next(s for s in sent if s >= due - 1e-6)
+        assert t <= send

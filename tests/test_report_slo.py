@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from duplexctl.load.results import HEADLINE_METRICS
 from duplexctl.report.histogram import HistogramSet
 from duplexctl.report.slo import Slo, all_passed, evaluate, parse_slo, parse_slos
 
@@ -140,8 +141,6 @@ def test_evaluate_unknown_metric_is_a_clear_error() -> None:
 def test_every_figure_load_headlines_can_be_gated() -> None:
     """load's report headlines these figures; an SLO naming any of them must parse (the
     coordinated-omission-corrected ``ttfa_with_queue`` once could not)."""
-    from duplexctl.load.results import HEADLINE_METRICS
-
     for metric in HEADLINE_METRICS:
         unit = "ms" if metric.endswith("_ms") else ""  # rtf figures are ratios
         assert parse_slo(f"{metric.removesuffix('_ms')}_p99<=1{unit}").metric

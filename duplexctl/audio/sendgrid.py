@@ -60,9 +60,11 @@ class SendGrid:
                 return slot * self.slot_s
         return first * self.slot_s
 
-    async def sleep_until(self, due: float, delay: float) -> None:
+    async def sleep_until(self, due: float, delay: float, *, first: bool = False) -> None:
         """Sleep ``delay`` seconds, until ``due`` on the caller's clock; callers due at the
-        same instant (to the microsecond) share the first one's timer and wake together."""
+        same instant (to the microsecond) share the first one's timer and wake together, in
+        the order they came — or ahead of the others with ``first`` (a sampler that measures
+        the wake-up itself, not the sends it shares it with)."""
         key = round(due * 1_000_000)
         loop = self._loop
         if loop is None:
@@ -72,7 +74,10 @@ class SendGrid:
         if waiters is None:
             waiters = self._waiters[key] = []
             loop.call_later(delay, self._fire, key)
-        waiters.append(future)
+        if first:
+            waiters.insert(0, future)
+        else:
+            waiters.append(future)
         await future
 
     def _fire(self, key: int) -> None:

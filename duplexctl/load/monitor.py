@@ -10,7 +10,8 @@ exceeds one chunk is flagged ``invalid_pacing`` by the report, not here.
 With a send grid the sampler wakes on the grid's instants (every ``period_s``, on a phase
 whose pacers are due then), sharing their wake-up: on these virtual machines a wake-up after
 an idle gap costs ~0.2 ms of CPU by itself (``bench/wake_cost.py``), and a sampler of its
-own would add ten a second to the process it is meant to watch.
+own would add ten a second to the process it is meant to watch. It runs before that
+instant's pacers, so it still measures the wake-up's lateness, not their sends.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class LoopLagMonitor:
         while True:
             delay = max(0.0, due - time.monotonic())
             if self.grid is not None:
-                await self.grid.sleep_until(due, delay)
+                await self.grid.sleep_until(due, delay, first=True)
             else:
                 await asyncio.sleep(delay)
             now = time.monotonic()
