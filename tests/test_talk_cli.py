@@ -266,3 +266,28 @@ def test_input_file_spec_parses_a_start_time() -> None:
     assert InputFileSpec.parse("a.wav@2.5") == InputFileSpec(Path("a.wav"), 2.5)
     assert InputFileSpec.parse("a.wav") == InputFileSpec(Path("a.wav"))
     assert InputFileSpec.parse("me@home.wav") == InputFileSpec(Path("me@home.wav"))
+
+
+def test_the_recording_logs_every_frame_even_when_the_last_one_was_freed(
+    tmp_path: Path,
+) -> None:
+    """Each frame is consumed (and freed) before the next arrives, as in a live session;
+    CPython then gives the next frame's dict the freed one's address. The recording
+    compared id()s and silently dropped such frames (once a session.closed, under load)."""
+    from duplexctl.protocol import codec
+    from duplexctl.protocol.client_state import ClientSession
+    from duplexctl.report.artifacts import RunArtifacts
+    from duplexctl.talk.session import TalkSession
+
+    talk = TalkSession(TalkConfig(url="ws://127.0.0.1:9/", output_device="none"), PlainView())
+    talk.artifacts = RunArtifacts(tmp_path, origin_ns=time.monotonic_ns())
+    state = ClientSession()
+    beat = {"type": "response.listen", "epoch": 0, "response": {"status": "listening"}}
+    raws = [codec.dumps({**beat, "server_event_seq": seq}) for seq in range(1, 6)]
+    for raw in raws:
+        (happening,) = state.on_frame(codec.loads(raw), time.monotonic_ns())
+        talk._record_recv(happening)
+        del happening  # consumed: its frame is freed before the next one is parsed
+    talk.artifacts.close()
+    logged = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["seq"] for e in logged if e["dir"] == "recv"] == [1, 2, 3, 4, 5]

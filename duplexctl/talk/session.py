@@ -221,7 +221,7 @@ class TalkSession:
         self.input_t0: float | None = None  # monotonic time of user-timeline 0
         self._sigint_count = 0
         self._main_task: asyncio.Task[Any] | None = None
-        self._last_frame_id: int | None = None
+        self._last_frame: dict[str, Any] | None = None  # held: an id() of a freed one recurs
         self._pending_t: float | None = None
 
     # -- setup -------------------------------------------------------------------------------
@@ -718,9 +718,11 @@ class TalkSession:
         if isinstance(h, ConnectionLost):
             self.artifacts.note(h.recv_ns, "connection.lost", code=h.code, reason=h.reason)
             return
-        key = id(h.frame)  # one frame may yield several happenings: log it once
-        if h.frame and key != self._last_frame_id:
-            self._last_frame_id = key
+        # one frame may yield several happenings: log it once. Compared by identity with a
+        # reference held — comparing id()s lost frames, since CPython hands a freed dict's
+        # address to the next one (the next frame, when the last was already consumed)
+        if h.frame and h.frame is not self._last_frame:
+            self._last_frame = h.frame
             self.artifacts.event("recv", h.recv_ns, h.frame)
 
     async def _happening_loop(self) -> None:
