@@ -26,8 +26,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench.compare_clients import CLIENTS, command  # noqa: E402
-from bench.serve_capacity import free_port, wait_healthy  # noqa: E402
+from bench.compare_clients import CLIENTS, command, start_server  # noqa: E402
+from bench.serve_capacity import wait_healthy  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 6.0
@@ -107,16 +107,7 @@ def main() -> None:
         raise SystemExit(f"unknown client(s) {sorted(unknown)}; choose from {CLIENTS}")
     root = args.duplexctl_root.resolve()
     server_root = (args.server_root or root).resolve()
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable, "-m", "duplexctl", "serve", "--port", str(port),
-            "--max-sessions", str(args.sessions + 64), "--model-profile", "turn",
-            "--chunk-ms", "200", "--ttfa-ms", "300",
-        ],
-        cwd=server_root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"ws://127.0.0.1:{port}/v1/realtime?duplex=1"
+    server, port, url = start_server(server_root, args.sessions)
     print(f"# {' '.join(sys.argv)}")
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}; clients from {root}; server from {server_root}")
     print(

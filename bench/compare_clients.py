@@ -75,6 +75,21 @@ CLIENTS = ("load", "streamer", "duplexclient")
 DUPLEXCTL_ROOT = [ROOT]
 
 
+def start_server(root: Path, sessions: int) -> tuple[subprocess.Popen[bytes], int, str]:
+    """The benchmark's ``duplexctl serve`` (code from ``root``), room for ``sessions``: turn
+    profile, 300 ms to first audio, 2 s answers in 200 ms chunks. Returns it, its port, its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "duplexctl", "serve", "--port", str(port),
+            "--max-sessions", str(sessions + 64), "--model-profile", "turn",
+            "--chunk-ms", "200", "--ttfa-ms", "300",
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root,
+    )  # fmt: skip
+    return server, port, f"ws://127.0.0.1:{port}/v1/realtime?duplex=1"
+
+
 def commit_at_ms() -> float:
     """Where each client commits: end of speech (manifest) + the tail load uses by default."""
     manifest = json.loads((ROOT / "recordings" / "manifest.json").read_text())
@@ -320,16 +335,7 @@ def main() -> None:
         raise SystemExit("--duration must leave at least 8 s of steady state after --settle")
     if "duplexclient" in clients and not PEER_PYTHON.exists():
         raise SystemExit(f"peer venv not found ({PEER_PYTHON}); drop duplexclient from --clients")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable, "-m", "duplexctl", "serve", "--port", str(port),
-            "--max-sessions", str(max(counts) + 64), "--model-profile", "turn",
-            "--chunk-ms", "200", "--ttfa-ms", "300",
-        ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=DUPLEXCTL_ROOT[0],
-    )  # fmt: skip
-    url = f"ws://127.0.0.1:{port}/v1/realtime?duplex=1"
+    server, port, url = start_server(DUPLEXCTL_ROOT[0], max(counts))
     print(f"# {' '.join(sys.argv)}")
     print(f"# {machine()}; {time.strftime('%Y-%m-%d %H:%M')}; duplexctl from {describe_root()}")
     cols = [

@@ -35,6 +35,20 @@ def on_slot(t: float, grid: SendGrid) -> int:
     return n
 
 
+def count_timers(loop: asyncio.AbstractEventLoop) -> list[float]:
+    """From now on every ``loop.call_later`` delay is appended to the returned list (the
+    caller restores the loop's own method with ``del loop.call_later``)."""
+    timers: list[float] = []
+    real_call_later = loop.call_later
+
+    def counting_call_later(delay: float, callback, *args):  # type: ignore[no-untyped-def]
+        timers.append(delay)
+        return real_call_later(delay, callback, *args)
+
+    loop.call_later = counting_call_later  # type: ignore[method-assign]
+    return timers
+
+
 def test_joins_fill_the_least_occupied_phase_earliest_first() -> None:
     grid = SendGrid(0.1, phases=4)
     now = 12.3456
@@ -68,14 +82,7 @@ def test_bad_grids_are_refused() -> None:
 async def test_sleepers_due_together_share_one_timer_and_wake_on_time() -> None:
     grid = SendGrid(0.1, phases=10)
     loop = asyncio.get_running_loop()
-    timers: list[float] = []
-    real_call_later = loop.call_later
-
-    def counting_call_later(delay: float, callback, *args):  # type: ignore[no-untyped-def]
-        timers.append(delay)
-        return real_call_later(delay, callback, *args)
-
-    loop.call_later = counting_call_later  # type: ignore[method-assign]
+    timers = count_timers(loop)
     woke: dict[str, float] = {}
 
     async def sleeper(name: str, due: float) -> None:
@@ -204,19 +211,12 @@ async def test_the_loop_lag_sampler_wakes_with_the_pacers_not_on_its_own() -> No
     """On a grid, the sampler's instants are the pacers' instants: it adds no timer."""
     grid = SendGrid(0.1, phases=10)
     loop = asyncio.get_running_loop()
-    timers: list[float] = []
-    real_call_later = loop.call_later
-
-    def counting_call_later(delay: float, callback, *args):  # type: ignore[no-untyped-def]
-        timers.append(delay)
-        return real_call_later(delay, callback, *args)
-
     samples: list[tuple[float, float]] = []
     sent: list[float] = []
     pacer = Pacer(100, 16000, grid=grid)
     pacer.start()
     monitor = LoopLagMonitor(lambda t, lag: samples.append((t, lag)), grid=grid)
-    loop.call_later = counting_call_later  # type: ignore[method-assign]
+    timers = count_timers(loop)
     try:
         monitor.start()
         for _ in range(6):
