@@ -34,3 +34,9 @@ class ServerUnreachable(DuplexctlError):
     """The server could not be reached, or the handshake failed (rejection included)."""
 
     exit_code = 3
+
+
+class SessionStateError(RuntimeError):
+    """A client event builder was asked for something the session state cannot support (a
+    bug, not bad input). Defined here rather than beside :class:`ClientSession`: mypyc, which
+    compiles that module, cannot derive native classes from RuntimeError."""

@@ -75,8 +75,11 @@ def _resolve(future: asyncio.Future[None] | None) -> None:
         future.set_result(None)
 
 
-class WebSocket(asyncio.Protocol):
-    """One client websocket connection (see the module docstring)."""
+class WebSocket:
+    """One client websocket connection (see the module docstring).
+
+    An asyncio protocol by its methods, not by subclassing ``asyncio.Protocol`` (which adds
+    no behaviour): mypyc, which compiles this module, cannot derive from it."""
 
     def __init__(self, protocol: ClientProtocol) -> None:
         self.protocol = protocol
@@ -251,7 +254,7 @@ class WebSocket(asyncio.Protocol):
     def _frame(self, frame: Frame, recv_ns: int) -> None:
         """A frame from websockets' parser (which already judged it)."""
         if frame.opcode in _DATA_OPCODES:
-            self._data_frame(frame.opcode.value, frame.fin, frame.data, recv_ns)
+            self._data_frame(frame.opcode.value, frame.fin, bytes(frame.data), recv_ns)
         # ping, pong and close frames are the protocol's business
 
     def _data_frame(self, opcode: int, fin: int | bool, payload: bytes, recv_ns: int) -> None:
@@ -420,7 +423,7 @@ async def open_websocket(
         context = ssl if ssl is not None else ssl_module.create_default_context()
     ws = WebSocket(protocol)
     await loop.create_connection(
-        lambda: ws,
+        lambda: cast(asyncio.Protocol, ws),
         wsuri.host,
         wsuri.port,
         ssl=context,

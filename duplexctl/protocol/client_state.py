@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from duplexctl.audio import pcm
+from duplexctl.errors import SessionStateError
 from duplexctl.protocol import ids, names
 from duplexctl.protocol.errors import WireError, parse_error
 from duplexctl.protocol.invariants import InvariantChecker
@@ -351,10 +352,6 @@ def _response_id_of_item(item_id: str | None) -> str | None:
     if item_id and item_id.startswith("item_resp"):
         return item_id[len("item_") :]
     return None
-
-
-class SessionStateError(RuntimeError):
-    """A builder was asked for something the session state cannot support (a bug)."""
 
 
 class ClientSession:

@@ -166,4 +166,4 @@ class InvariantChecker:
         return self.open_at_close if self.ended else self.open_responses
 
     def counts(self) -> dict[str, int]:
-        return dict(Counter(v.name for v in self.violations))
+        return dict(Counter([v.name for v in self.violations]))

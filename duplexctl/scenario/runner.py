@@ -1107,9 +1107,10 @@ class Replay:
             if track.listen_ns is not None and track.listen_ns <= cutoff:
                 t.listened = True
         play = self.plays.get(turn.response_id or "")
-        if play is not None and play.clock.first_audible is not None:
+        first_audible = play.clock.first_audible if play is not None else None
+        if play is not None and first_audible is not None:
             clock = play.clock
-            t.p0 = int(clock.first_audible * NS)
+            t.p0 = int(first_audible * NS)
             end = clock.end_time()
             t.playback_end = int(end * NS) if end is not None else None
             t.underruns, t.stall_ms = clock.underruns, clock.stall_ms
