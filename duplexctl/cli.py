@@ -76,7 +76,10 @@ def reports_errors(fn: F) -> F:
 
 def _version(value: bool) -> None:
     if value:
-        print(f"duplexctl {__version__}")
+        from duplexctl import native
+
+        core = "compiled core" if native.active() else "core from source"
+        print(f"duplexctl {__version__} ({core})")
         raise typer.Exit()
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from duplexctl import __version__
+from duplexctl import __version__, native
 from duplexctl.load.recorder import Recorder
 from duplexctl.report.summary import format_percentiles, format_value, histogram_table
 from duplexctl.report.turns import ORIGINS
@@ -178,6 +178,8 @@ def build_report(
             "loop_lag_p99_ms": loop_lag.percentile(99) if loop_lag is not None else None,
             "loop_lag_max_ms": loop_lag.max if loop_lag is not None else None,
             "client_cpu_percent": round(cpu, 1),
+            # whether that CPU was spent by the compiled core (duplexctl/native.py)
+            "compiled_core": native.active(),
             "invalid_pacing": invalid,
             "note": "send lag p99 above one chunk: latency figures are not trusted"
             if invalid
@@ -320,7 +322,8 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     lag = v["send_lag_p99_ms"]
     lines.append(
         f"client: send lag p99 {format_value(lag)} ms (chunk {v['chunk_ms']} ms), loop lag max "
-        f"{format_value(v['loop_lag_max_ms'])} ms, CPU {v['client_cpu_percent']}%"
+        f"{format_value(v['loop_lag_max_ms'])} ms, CPU {v['client_cpu_percent']}% "
+        + ("(compiled core)" if v.get("compiled_core") else "(core from source)")
     )
     if v["invalid_pacing"]:
         lines.append(
