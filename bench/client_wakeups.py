@@ -5,7 +5,8 @@ workload (its :func:`~bench.compare_clients.command`): CPU from the scheduler's 
 nanosecond sum (``/proc/PID/schedstat``; ``/proc/PID/stat``'s user/system split is sampled at
 the kernel's tick and only shown for its proportion), voluntary context switches per
 session-second (≈ how often the process fell asleep and was woken: each costs ~0.2 ms of CPU
-here after an idle gap, ``wake_cost.py``) and write syscalls per session-second. Used in
+here after an idle gap, ``wake_cost.py``), the CPU spent per such wake-up, and write syscalls
+per session-second. Used in
 issue 7's round 4 to test whether load's cost is wake-ups (it is not, mostly: see
 BENCHMARKS.md). ``--server-root`` runs the server from other code than the clients, for
 ablations (a server without some event, say).
@@ -26,7 +27,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench.compare_clients import CLIENTS, command, start_server  # noqa: E402
+from bench.compare_clients import (  # noqa: E402
+    KNOWN_CLIENTS,
+    client_env,
+    command,
+    core_state,
+    start_server,
+)
 from bench.serve_capacity import wait_healthy  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -66,9 +73,9 @@ def sample(pid: int) -> Sample:
     )
 
 
-def measure(cmd: list[str], root: Path, n: int, duration: float) -> str:
+def measure(cmd: list[str], env: dict[str, str], root: Path, n: int, duration: float) -> str:
     """Run one client; its counters between SETTLE_S after launch and 1 s before the end."""
-    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         time.sleep(SETTLE_S)
         a = sample(proc.pid)
@@ -82,9 +89,11 @@ def measure(cmd: list[str], root: Path, n: int, duration: float) -> str:
     cpu = (b.sched_s - a.sched_s) / session_min
     ticks = (b.user_s - a.user_s) + (b.system_s - a.system_s)
     user_share = (b.user_s - a.user_s) / ticks if ticks else 0.0
+    switches = b.voluntary - a.voluntary
+    per_switch_us = 1e6 * (b.sched_s - a.sched_s) / switches if switches else 0.0
     return (
         f"{cpu:.4f} | {100 * user_share:.0f} % | "
-        f"{(b.voluntary - a.voluntary) / session_s:.2f} | "
+        f"{switches / session_s:.2f} | {per_switch_us:.0f} | "
         f"{(b.involuntary - a.involuntary) / session_s:.2f} | "
         f"{(b.writes - a.writes) / session_s:.1f}"
     )
@@ -103,23 +112,25 @@ def main() -> None:
     if args.duration < SETTLE_S + 5:
         raise SystemExit(f"--duration must be at least {SETTLE_S + 5:g} s")
     clients = [c for c in args.clients.split(",") if c]
-    if unknown := set(clients) - set(CLIENTS):
-        raise SystemExit(f"unknown client(s) {sorted(unknown)}; choose from {CLIENTS}")
+    if unknown := set(clients) - set(KNOWN_CLIENTS):
+        raise SystemExit(f"unknown client(s) {sorted(unknown)}; choose from {KNOWN_CLIENTS}")
     root = args.duplexctl_root.resolve()
     server_root = (args.server_root or root).resolve()
     server, port, url = start_server(server_root, args.sessions)
     print(f"# {' '.join(sys.argv)}")
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}; clients from {root}; server from {server_root}")
+    print(f"# clients: {core_state(root)}; server: {core_state(server_root)}")
     print(
         "client | CPU s/session·min (schedstat) | user share | voluntary switches/session·s"
-        " | involuntary/session·s | writes/session·s"
+        " | CPU µs per voluntary switch | involuntary/session·s | writes/session·s"
     )
     try:
         wait_healthy(port, server)
         for _ in range(args.repeat):
             for client in clients:
                 cmd = command(client, url, args.sessions, args.duration, 2.0, args.phases)
-                print(f"{client} | {measure(cmd, root, args.sessions, args.duration)}", flush=True)
+                figures = measure(cmd, client_env(client), root, args.sessions, args.duration)
+                print(f"{client} | {figures}", flush=True)
                 time.sleep(2)
     finally:
         server.terminate()
