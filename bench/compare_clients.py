@@ -415,7 +415,9 @@ def main() -> None:
             cpu[client] = median(
                 [r["cpu_s_per_session_min"] for r in ok if r.get("cpu_s_per_session_min")]
             )
-            if runs and len(ok) == len(runs) and all(r["held"] for r in ok):
+        for client in clients:
+            runs = [r for r in rows if r["sessions"] == n and r["client"] == client]
+            if runs and all("error" not in r and r["held"] for r in runs):
                 held[client].append(n)
         load, floor, peer = cpu["load"], cpu["streamer"], cpu["duplexclient"]
         r1 = load / floor if load and floor else None
