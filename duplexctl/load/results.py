@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from duplexctl import __version__, native
+from duplexctl import __version__
 from duplexctl.load.recorder import Recorder
 from duplexctl.report.summary import format_percentiles, format_value, histogram_table
 from duplexctl.report.turns import ORIGINS
@@ -178,8 +178,8 @@ def build_report(
             "loop_lag_p99_ms": loop_lag.percentile(99) if loop_lag is not None else None,
             "loop_lag_max_ms": loop_lag.max if loop_lag is not None else None,
             "client_cpu_percent": round(cpu, 1),
-            # whether that CPU was spent by the compiled core (duplexctl/native.py)
-            "compiled_core": native.active(),
+            # that CPU was spent by the compiled core (native.py) in every worker of every run
+            "compiled_core": bool(workers) and all(w.get("compiled_core") for w in workers),
             "invalid_pacing": invalid,
             "note": "send lag p99 above one chunk: latency figures are not trusted"
             if invalid
