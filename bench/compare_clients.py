@@ -296,6 +296,17 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def median_cpu(rows: list[dict[str, Any]], n: int, client: str) -> float | None:
+    """Median CPU s per session-minute of ``client``'s rounds at ``n`` sessions that have one."""
+    return median(
+        [
+            r["cpu_s_per_session_min"]
+            for r in rows
+            if r["sessions"] == n and r["client"] == client and r.get("cpu_s_per_session_min")
+        ]
+    )
+
+
 def fit(rows: list[dict[str, Any]], client: str) -> tuple[float, float] | None:
     """(fixed CPU s per minute, CPU s per session-minute): least squares of the process's CPU
     per minute against its admitted sessions, over every round of every N."""
@@ -408,13 +419,7 @@ def main() -> None:
           "duplexclient/load (goal ≥2)")  # fmt: skip
     held: dict[str, list[int]] = {c: [] for c in clients}
     for n in counts:
-        cpu: dict[str, float | None] = {}
-        for client in CLIENTS:
-            runs = [r for r in rows if r["sessions"] == n and r["client"] == client]
-            ok = [r for r in runs if "error" not in r]
-            cpu[client] = median(
-                [r["cpu_s_per_session_min"] for r in ok if r.get("cpu_s_per_session_min")]
-            )
+        cpu = {client: median_cpu(rows, n, client) for client in CLIENTS}
         for client in clients:
             runs = [r for r in rows if r["sessions"] == n and r["client"] == client]
             if runs and all("error" not in r and r["held"] for r in runs):
@@ -428,19 +433,9 @@ def main() -> None:
         print("load with its core from source, CPU s per session-minute (medians):")
         print("sessions | load-source | load | load-source/load | duplexclient/load-source")
         for n in counts:
-            med = {
-                c: median(
-                    [
-                        r["cpu_s_per_session_min"]
-                        for r in rows
-                        if r["sessions"] == n
-                        and r["client"] == c
-                        and r.get("cpu_s_per_session_min")
-                    ]
-                )
-                for c in (LOAD_SOURCE, "load", "duplexclient")
-            }
-            src, load, peer = med[LOAD_SOURCE], med["load"], med["duplexclient"]
+            src, load, peer = (
+                median_cpu(rows, n, c) for c in (LOAD_SOURCE, "load", "duplexclient")
+            )
             r1 = src / load if src and load else None
             r2 = peer / src if src and peer else None
             print(" | ".join(fmt(v) for v in (n, src, load, r1, r2)))
