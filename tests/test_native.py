@@ -72,6 +72,11 @@ def test_a_damaged_or_foreign_build_is_not_used(tmp_path: Path, damage: str) -> 
     assert native.fresh_modules(built, package) is None
 
 
+def env(pure: bool) -> dict[str, str]:
+    """This environment, with the compiled core switched off (``pure``) or left to decide."""
+    return {**os.environ, native.PURE_ENV: "1" if pure else ""}
+
+
 def where_modules_load(pure: bool) -> dict[str, Any]:
     """In a fresh interpreter: whether the core is compiled, and where each module came from."""
     code = (
@@ -79,9 +84,8 @@ def where_modules_load(pure: bool) -> dict[str, Any]:
         "files = {m: importlib.import_module(m).__file__ for m in n.COMPILED_MODULES}\n"
         "print(json.dumps({'active': n.active(), 'files': files}))\n"
     )
-    env = {**os.environ, native.PURE_ENV: "1" if pure else ""}
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code], env=env(pure), capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -104,10 +108,9 @@ def test_a_fresh_build_replaces_every_listed_module() -> None:
 
 
 def replay_report(pure: bool) -> dict[str, Any]:
-    env = {**os.environ, native.PURE_ENV: "1" if pure else ""}
     out = subprocess.run(
         [sys.executable, "-m", "duplexctl", "replay", str(HELLO), "--json"],
-        env=env,
+        env=env(pure),
         capture_output=True,
         text=True,
         timeout=120,
