@@ -17,10 +17,16 @@ from duplexctl.load.session import SessionRecord
 from duplexctl.load.slices import TimeSlicer, Windows
 from duplexctl.protocol import codec, ids
 from duplexctl.protocol.client_state import ClientSession
-from duplexctl.report.histogram import _LAYOUT, HIGHEST_TRACKABLE, LatencyHistogram, counts_indices
+from duplexctl.report.histogram import (
+    _LAYOUT,
+    HIGHEST_TRACKABLE,
+    LatencyHistogram,
+    counts_index,
+    counts_indices,
+)
 
 
-def test_counts_indices_match_hdrh() -> None:
+def test_counts_index_and_counts_indices_match_hdrh() -> None:
     rng = np.random.default_rng(7)
     units = np.concatenate(
         [
@@ -33,6 +39,7 @@ def test_counts_indices_match_hdrh() -> None:
     ).astype(np.int64)
     expected = [_LAYOUT.get_counts_array_index(int(u)) for u in units]
     assert counts_indices(units).tolist() == expected
+    assert [counts_index(u) for u in units.tolist()] == expected
 
 
 def test_record_array_equals_record_per_value() -> None:

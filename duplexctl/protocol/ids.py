@@ -32,6 +32,7 @@ def server_event_id() -> str:
 # process stamps thousands per second. Same shape as before (32 hex digits). The prefix is
 # drawn again in a forked child, so worker processes never share a sequence.
 _client_prefix = ""
+_U64 = 0xFFFFFFFFFFFFFFFF
 _client_counter: itertools.count[int] = itertools.count()
 
 
@@ -49,7 +50,8 @@ def client_event_id() -> str:
     """``evt_<32 hex>``, fresh and unique per call: what the first-party client stamps on
     every send. Ids only correlate the server's errors with the event that caused them, so
     they need uniqueness, not unpredictability (the server's own ids stay uuid4)."""
-    return f"evt_{_client_prefix}{next(_client_counter) & 0xFFFFFFFFFFFFFFFF:016x}"
+    # bytes.hex(), not a ``:016x`` format spec: the generic formatter costs twice as much
+    return "evt_" + _client_prefix + (next(_client_counter) & _U64).to_bytes(8, "big").hex()
 
 
 def user_item_id() -> str:

@@ -86,6 +86,14 @@ def counts_indices(units: np.ndarray) -> np.ndarray:
     return ((bucket + 1) << _HALF_MAG) + sub - _HALF
 
 
+def counts_index(units: int) -> int:
+    """``_LAYOUT.get_counts_array_index(units)`` for one non-negative int (at most
+    HIGHEST_TRACKABLE): the same arithmetic as :func:`counts_indices` with ``int.bit_length``,
+    one call instead of hdrh's four Python ones (recorded per turn figure and per sample)."""
+    bucket = (units | _SUB_MASK).bit_length() - _UNIT_MAG - (_HALF_MAG + 1)
+    return ((bucket + 1) << _HALF_MAG) + (units >> (bucket + _UNIT_MAG)) - _HALF
+
+
 @functools.lru_cache(maxsize=32_768)
 def _bounds(index: int) -> tuple[int, int]:
     """(lowest, highest) equivalent value of an HDR counts index."""
@@ -169,7 +177,7 @@ class LatencyHistogram:
             raise ValueError(f"count must be >= 1, got {count}")
         units = round(value * self.scale)
         counts = self._pos if units >= 0 else self._neg
-        index = _LAYOUT.get_counts_array_index(min(abs(units), HIGHEST_TRACKABLE))
+        index = counts_index(min(abs(units), HIGHEST_TRACKABLE))
         counts[index] = counts.get(index, 0) + count
 
     def record_many(self, values: Iterable[float]) -> None:
