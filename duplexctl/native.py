@@ -35,6 +35,13 @@ COMPILED_MODULES: Final = (
     "duplexctl.protocol.ids",
     "duplexctl.protocol.invariants",
     "duplexctl.scenario.runner",
+    "duplexctl.protocol.codec",
+    "duplexctl.protocol.names",
+    "duplexctl.scenario.clips",
+    "duplexctl.load.recorder",
+    "duplexctl.report.histogram",
+    "duplexctl.load.slices",
+    "duplexctl.report.turns",
 )
 PACKAGE_DIR: Final = Path(__file__).resolve().parent
 NATIVE_DIR: Final = PACKAGE_DIR.parent / "build" / "native"

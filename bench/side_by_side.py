@@ -1,0 +1,137 @@
+"""Two or more versions of ``load`` at the same time against one server: paired CPU ratios.
+
+``compare_clients.py`` runs its clients one after the other, and this machine's speed drifts
+by 10-20 % between runs (testing.md), so a change worth 2-5 % cannot be told from noise
+there, even over several rounds. Here every version runs *at the same time*, each its own
+``load`` process with ``--sessions`` sessions against one ``duplexctl serve``, so a drift of
+the machine hits all of them alike and cancels in their ratio: two identical trees measure
+within ~2 % of each other round after round while the absolute figures move by 20 %.
+
+Use it for ablations of ``load`` itself (versions of the same weight), not for comparing
+different clients: running together they compete for the CPUs, which favours the lighter
+process, so cross-client ratios stay with ``compare_clients.py``.
+
+Each ``--tree`` is a duplexctl source tree (a ``git archive`` snapshot, say) with
+``tools/build_native.py`` run in it when the compiled core is wanted; a tree given as
+``PATH:source`` runs with the core off. The launch order rotates every round. CPU is the
+scheduler's nanosecond sum (``/proc/PID/schedstat``) between ``--settle`` s after launch and
+1 s before the streaming ends; the table gives each round's CPU s per session-minute and
+every tree's ratio to the first, with the median and range over the rounds.
+
+    .venv/bin/python bench/side_by_side.py --tree /tmp/before --tree /tmp/after --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from bench import compare_clients  # noqa: E402
+from bench.compare_clients import LOAD_SOURCE, client_env, core_state, start_server  # noqa: E402
+from bench.serve_capacity import wait_healthy  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Tree:
+    """One version of duplexctl to run ``load`` from."""
+
+    root: Path
+    source: bool  # compiled core off
+
+    @property
+    def label(self) -> str:
+        return f"{self.root}{':source' if self.source else ''}"
+
+    @classmethod
+    def parse(cls, spec: str) -> Tree:
+        path, _, mode = spec.partition(":")
+        if mode not in ("", "source"):
+            raise SystemExit(f"--tree {spec!r}: the only mode is ':source'")
+        root = Path(path).resolve()
+        if not (root / "duplexctl" / "__init__.py").exists():
+            raise SystemExit(f"--tree {spec!r}: no duplexctl package in {root}")
+        return cls(root, mode == "source")
+
+
+def schedstat_s(pid: int) -> float:
+    with open(f"/proc/{pid}/schedstat") as fh:
+        return int(fh.read().split()[0]) / 1e9
+
+
+def one_round(trees: list[Tree], url: str, n: int, duration: float, settle: float) -> list[float]:
+    """Run every tree's load at once; CPU s per session-minute of each, in ``trees`` order."""
+    procs: dict[Tree, subprocess.Popen[bytes]] = {}
+    try:
+        for tree in trees:
+            client = LOAD_SOURCE if tree.source else "load"
+            compare_clients.DUPLEXCTL_ROOT[0] = tree.root  # command() builds load's inputs
+            cmd = compare_clients.command(client, url, n, duration, 2.0, 10)
+            procs[tree] = subprocess.Popen(
+                cmd, cwd=tree.root, env=client_env(client),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        time.sleep(settle)
+        start = {t: (time.monotonic(), schedstat_s(p.pid)) for t, p in procs.items()}
+        time.sleep(duration - settle - 1.0)
+        end = {t: (time.monotonic(), schedstat_s(p.pid)) for t, p in procs.items()}
+    finally:
+        for p in procs.values():
+            p.wait(timeout=duration + 120)
+    return [(end[t][1] - start[t][1]) / (n * (end[t][0] - start[t][0]) / 60) for t in trees]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", required=True, help="PATH or PATH:source")
+    parser.add_argument("--sessions", type=int, default=50, help="sessions per tree")
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--settle", type=float, default=6.0)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    trees = [Tree.parse(spec) for spec in args.tree]
+    if len(trees) < 2:
+        raise SystemExit("give at least two --tree")
+    if args.duration < args.settle + 5:
+        raise SystemExit(f"--duration must be at least --settle + 5 s ({args.settle + 5:g})")
+    server, port, url = start_server(trees[0].root, args.sessions * len(trees))
+    print(f"# {' '.join(sys.argv)}")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}; server from {trees[0].root}")
+    for i, tree in enumerate(trees):
+        core = "core off" if tree.source else core_state(tree.root)
+        print(f"# tree {i}: {tree.label} ({core})")
+    print("round | " + " | ".join(f"tree {i} CPU s/session·min" for i in range(len(trees))))
+    rows: list[list[float]] = []
+    try:
+        wait_healthy(port, server)
+        for r in range(args.rounds):
+            k = r % len(trees)  # rotate the launch order
+            order = trees[k:] + trees[:k]
+            cpu = one_round(order, url, args.sessions, args.duration, args.settle)
+            got = dict(zip(order, cpu, strict=True))
+            rows.append([got[t] for t in trees])
+            print(f"{r} | " + " | ".join(f"{v:.4f}" for v in rows[-1]), flush=True)
+            time.sleep(2)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print("tree | median CPU s/session·min | ratio to tree 0: median (min-max), rounds lower")
+    for i, tree in enumerate(trees):
+        ratios = [row[i] / row[0] for row in rows]
+        lower = sum(x < 1.0 for x in ratios)
+        print(
+            f"{i} {tree.label} | {statistics.median(r[i] for r in rows):.4f} | "
+            f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}), "
+            f"{lower}/{len(ratios)}"
+        )
+
+
+if __name__ == "__main__":
+    main()
