@@ -726,7 +726,7 @@ class DuplexConnection:
                     if isinstance(h, ErrorReceived) and h.seq is None:
                         record.outcome, record.error = h.error.code, h.error
                         return h.error.code in names.FATAL_RESUME_CODES
-                    if isinstance(h, SessionExpired | SessionClosed | SessionReplaced):
+                    if isinstance(h, (SessionExpired, SessionClosed, SessionReplaced)):
                         record.outcome = h.type
                         return True
         finally:

@@ -178,7 +178,7 @@ class Recorder(Sink):
         for name, fig in record.figures.items():
             if name in SUMMED or name == "chunk_gap_ms":
                 continue
-            if isinstance(fig.value, int | float) and not isinstance(fig.value, bool):
+            if isinstance(fig.value, (int, float)) and not isinstance(fig.value, bool):
                 figures[RENAMED.get(name, name)] = float(fig.value)
         if times.index == 1 and session.client_queue_ms is not None:
             for name in ("ttfa_ms", "turn_ms"):

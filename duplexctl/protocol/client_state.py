@@ -437,7 +437,7 @@ def _int(value: Any) -> int | None:
 
 
 def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
 

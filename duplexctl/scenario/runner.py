@@ -616,7 +616,7 @@ class Replay:
                 if self.headless is not None and h.seq is not None:
                     turn.done.set()  # the server failed the turn: no answer will come
                     self._finish(turn)
-        elif isinstance(h, SessionClosed | SessionExpired):
+        elif isinstance(h, (SessionClosed, SessionExpired)):
             if not self._closing:
                 self.problems.append(f"server ended the session: {h.type} ({h.reason})")
                 self.ended_by = h.type + (f": {h.reason}" if h.reason else "")
@@ -625,7 +625,8 @@ class Replay:
             self.problems.append(f"connection lost: {h.reason}")
             self.ended_by = self.ended_by or f"connection lost: {h.reason}"
             self._ended.set()
-        self._wake.set()
+        if self.headless is None:  # headless, the microphone loop services (no ticker)
+            self._wake.set()
 
     def _log_recv(self, h: Happening) -> None:
         if self.artifacts is None:
