@@ -68,24 +68,24 @@ def schedstat_s(pid: int) -> float:
 
 def one_round(trees: list[Tree], url: str, n: int, duration: float, settle: float) -> list[float]:
     """Run every tree's load at once; CPU s per session-minute of each, in ``trees`` order."""
-    procs: dict[Tree, subprocess.Popen[bytes]] = {}
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         for tree in trees:
             client = LOAD_SOURCE if tree.source else "load"
             compare_clients.DUPLEXCTL_ROOT[0] = tree.root  # command() builds load's inputs
             cmd = compare_clients.command(client, url, n, duration, 2.0, 10)
-            procs[tree] = subprocess.Popen(
-                cmd, cwd=tree.root, env=client_env(client),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            out = subprocess.DEVNULL
+            procs.append(
+                subprocess.Popen(cmd, cwd=tree.root, env=client_env(client), stdout=out, stderr=out)
+            )
         time.sleep(settle)
-        start = {t: (time.monotonic(), schedstat_s(p.pid)) for t, p in procs.items()}
+        start = [(time.monotonic(), schedstat_s(p.pid)) for p in procs]
         time.sleep(duration - settle - 1.0)
-        end = {t: (time.monotonic(), schedstat_s(p.pid)) for t, p in procs.items()}
+        end = [(time.monotonic(), schedstat_s(p.pid)) for p in procs]
     finally:
-        for p in procs.values():
+        for p in procs:
             p.wait(timeout=duration + 120)
-    return [(end[t][1] - start[t][1]) / (n * (end[t][0] - start[t][0]) / 60) for t in trees]
+    return [(c1 - c0) / (n * (w1 - w0) / 60) for (w0, c0), (w1, c1) in zip(start, end, strict=True)]
 
 
 def main() -> None:
@@ -112,11 +112,9 @@ def main() -> None:
     try:
         wait_healthy(port, server)
         for r in range(args.rounds):
-            k = r % len(trees)  # rotate the launch order
-            order = trees[k:] + trees[:k]
-            cpu = one_round(order, url, args.sessions, args.duration, args.settle)
-            got = dict(zip(order, cpu, strict=True))
-            rows.append([got[t] for t in trees])
+            k = r % len(trees)  # rotate the launch order (a tree may be given twice: A/A)
+            cpu = one_round(trees[k:] + trees[:k], url, args.sessions, args.duration, args.settle)
+            rows.append(cpu[-k:] + cpu[:-k] if k else cpu)
             print(f"{r} | " + " | ".join(f"{v:.4f}" for v in rows[-1]), flush=True)
             time.sleep(2)
     finally:
