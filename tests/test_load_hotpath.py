@@ -6,16 +6,18 @@ counter-based client event ids are all invisible in results; these tests pin tha
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
 import numpy as np
 import orjson
 
+from duplexctl.audio.pacer import Chunk
 from duplexctl.load.recorder import LAG_FOLD_EVERY, Recorder
 from duplexctl.load.session import SessionRecord
 from duplexctl.load.slices import TimeSlicer, Windows
-from duplexctl.protocol import codec, ids
+from duplexctl.protocol import client_state, codec, ids
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.report.histogram import (
     _LAYOUT,
@@ -122,3 +124,23 @@ def test_live_view_counts_running_sessions_as_attempts_and_admitted() -> None:
     rec.session_started(connecting)
     live = rec.live(now=1.0)
     assert (live["active"], live["attempts"], live["admitted"]) == (2, 2, 1)
+
+
+def test_written_out_inits_set_every_declared_field() -> None:
+    """Classes whose ``__init__`` is written out for the compiled core (it would otherwise stay
+    interpreted) must still take and set every field the dataclass declares: a field added
+    to the declaration but not to the ``__init__`` fails here, not at a later attribute read."""
+    written_out = [Chunk] + [
+        cls
+        for cls in vars(client_state).values()
+        if isinstance(cls, type)
+        and issubclass(cls, client_state.Happening)
+        and "__init__" in cls.__dict__
+        and "__dataclass_fields__" in cls.__dict__
+        and cls.__init__.__qualname__.startswith(cls.__name__ + ".")
+    ]
+    assert len(written_out) >= 6  # Chunk and the five per-frame happenings
+    for cls in written_out:
+        values = {f.name: object() for f in dataclasses.fields(cls)}
+        made = cls(**values)
+        assert {name: getattr(made, name) for name in values} == values, cls.__name__
