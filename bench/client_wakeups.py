@@ -34,6 +34,7 @@ from bench.compare_clients import (  # noqa: E402
     core_state,
     start_server,
 )
+from bench.procstat import scheduled_seconds  # noqa: E402
 from bench.serve_capacity import wait_healthy  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -56,15 +57,13 @@ class Sample:
 def sample(pid: int) -> Sample:
     with open(f"/proc/{pid}/stat") as fh:
         stat = fh.read().rsplit(")", 1)[1].split()
-    with open(f"/proc/{pid}/schedstat") as fh:
-        sched_ns = int(fh.read().split()[0])
     with open(f"/proc/{pid}/io") as fh:
         io = dict(line.split(": ") for line in fh.read().splitlines())
     with open(f"/proc/{pid}/status") as fh:
         status = dict(line.split(":\t") for line in fh.read().splitlines() if ":\t" in line)
     return Sample(
         wall=time.monotonic(),
-        sched_s=sched_ns / 1e9,
+        sched_s=scheduled_seconds(pid),
         user_s=int(stat[11]) / _TICK,
         system_s=int(stat[12]) / _TICK,
         writes=int(io["syscw"]),

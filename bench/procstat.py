@@ -18,6 +18,13 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def scheduled_seconds(pid: int | None = None) -> float:
+    """CPU seconds of ``pid`` (default: this process) from the scheduler's nanosecond sum
+    (``/proc/PID/schedstat``): exact, where ``/proc/PID/stat`` counts ticks (4 ms here)."""
+    with open(f"/proc/{pid or os.getpid()}/schedstat") as fh:
+        return int(fh.read().split()[0]) / 1e9
+
+
 @dataclass
 class CpuWindow:
     """CPU used by a process over a wall-clock window."""

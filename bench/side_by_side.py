@@ -34,8 +34,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import compare_clients  # noqa: E402
-from bench.compare_clients import LOAD_SOURCE, client_env, core_state, start_server  # noqa: E402
+from bench.compare_clients import (  # noqa: E402
+    LOAD_SOURCE,
+    client_env,
+    command,
+    core_state,
+    start_server,
+)
+from bench.procstat import scheduled_seconds  # noqa: E402
 from bench.serve_capacity import wait_healthy  # noqa: E402
 
 
@@ -61,27 +67,21 @@ class Tree:
         return cls(root, mode == "source")
 
 
-def schedstat_s(pid: int) -> float:
-    with open(f"/proc/{pid}/schedstat") as fh:
-        return int(fh.read().split()[0]) / 1e9
-
-
 def one_round(trees: list[Tree], url: str, n: int, duration: float, settle: float) -> list[float]:
     """Run every tree's load at once; CPU s per session-minute of each, in ``trees`` order."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for tree in trees:
             client = LOAD_SOURCE if tree.source else "load"
-            compare_clients.DUPLEXCTL_ROOT[0] = tree.root  # command() builds load's inputs
-            cmd = compare_clients.command(client, url, n, duration, 2.0, 10)
+            cmd = command(client, url, n, duration, 2.0, 10)
             out = subprocess.DEVNULL
             procs.append(
                 subprocess.Popen(cmd, cwd=tree.root, env=client_env(client), stdout=out, stderr=out)
             )
         time.sleep(settle)
-        start = [(time.monotonic(), schedstat_s(p.pid)) for p in procs]
+        start = [(time.monotonic(), scheduled_seconds(p.pid)) for p in procs]
         time.sleep(duration - settle - 1.0)
-        end = [(time.monotonic(), schedstat_s(p.pid)) for p in procs]
+        end = [(time.monotonic(), scheduled_seconds(p.pid)) for p in procs]
     finally:
         for p in procs:
             p.wait(timeout=duration + 120)
