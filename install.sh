@@ -2,13 +2,12 @@
 # One-command set-up on a fresh Debian machine: system packages, then duplexctl in .venv.
 #   bash install.sh
 # System packages: libportaudio2 (sounddevice), pulseaudio + pulseaudio-utils (a real sound
-# server for the audio-device tests), espeak-ng + sox (real speech recordings), gcc (the
-# compiled core; the Python headers come with the interpreter).
+# server for the audio-device tests), espeak-ng + sox (real speech recordings).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
-PKGS=(libportaudio2 pulseaudio pulseaudio-utils espeak-ng sox gcc)
+PKGS=(libportaudio2 pulseaudio pulseaudio-utils espeak-ng sox)
 if ! dpkg -s "${PKGS[@]}" >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${PKGS[@]}"
@@ -17,7 +16,4 @@ PY="${PYTHON:-python3}"
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "duplexctl needs Python >= 3.11"'
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
-# The compiled core (duplexctl/native.py): optional, everything runs from source without it.
-.venv/bin/python tools/build_native.py ||
-  echo "install.sh: compiled core not built; duplexctl runs from source (slower under load)"
 echo "duplexctl installed: $(.venv/bin/duplexctl --version)"

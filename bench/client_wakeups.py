@@ -27,13 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench.compare_clients import (  # noqa: E402
-    KNOWN_CLIENTS,
-    client_env,
-    command,
-    core_state,
-    start_server,
-)
+from bench.compare_clients import CLIENTS, command, start_server  # noqa: E402
 from bench.procstat import scheduled_seconds  # noqa: E402
 from bench.serve_capacity import wait_healthy  # noqa: E402
 
@@ -72,9 +66,9 @@ def sample(pid: int) -> Sample:
     )
 
 
-def measure(cmd: list[str], env: dict[str, str], root: Path, n: int, duration: float) -> str:
+def measure(cmd: list[str], root: Path, n: int, duration: float) -> str:
     """Run one client; its counters between SETTLE_S after launch and 1 s before the end."""
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         time.sleep(SETTLE_S)
         a = sample(proc.pid)
@@ -111,14 +105,13 @@ def main() -> None:
     if args.duration < SETTLE_S + 5:
         raise SystemExit(f"--duration must be at least {SETTLE_S + 5:g} s")
     clients = [c for c in args.clients.split(",") if c]
-    if unknown := set(clients) - set(KNOWN_CLIENTS):
-        raise SystemExit(f"unknown client(s) {sorted(unknown)}; choose from {KNOWN_CLIENTS}")
+    if unknown := set(clients) - set(CLIENTS):
+        raise SystemExit(f"unknown client(s) {sorted(unknown)}; choose from {CLIENTS}")
     root = args.duplexctl_root.resolve()
     server_root = (args.server_root or root).resolve()
     server, port, url = start_server(server_root, args.sessions)
     print(f"# {' '.join(sys.argv)}")
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}; clients from {root}; server from {server_root}")
-    print(f"# clients: {core_state(root)}; server: {core_state(server_root)}")
     print(
         "client | CPU s/session·min (schedstat) | user share | voluntary switches/session·s"
         " | CPU µs per voluntary switch | involuntary/session·s | writes/session·s"
@@ -128,7 +121,7 @@ def main() -> None:
         for _ in range(args.repeat):
             for client in clients:
                 cmd = command(client, url, args.sessions, args.duration, 2.0, args.phases)
-                figures = measure(cmd, client_env(client), root, args.sessions, args.duration)
+                figures = measure(cmd, root, args.sessions, args.duration)
                 print(f"{client} | {figures}", flush=True)
                 time.sleep(2)
     finally:

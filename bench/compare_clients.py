@@ -11,9 +11,6 @@ N, the three clients run one after the other against it, each as its own process
   full client; one session per user for the whole run, see :func:`load_turns`);
 * ``streamer``: ``bench/streamer.py --commit-at-ms`` (the practical floor);
 * ``duplexclient``: ``bench/duplexclient_driver.py`` under the peer venv's Python;
-* optionally ``load-source``: ``load`` with its compiled core off (``DUPLEXCTL_PURE_PYTHON=1``),
-  what the core saves, side by side. The header says whether the measured tree has a fresh
-  compiled core (a snapshot needs ``tools/build_native.py`` run in it).
 
 All three stream ``recordings/hello.wav`` in 100 ms appends on an absolute schedule,
 commit 200 ms after the end of speech, let the 2 s answer play and acknowledge it, repeat.
@@ -57,7 +54,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench.procstat import cpu_seconds  # noqa: E402
 from bench.serve_capacity import free_port, wait_healthy  # noqa: E402
-from duplexctl.native import PURE_ENV, fresh_modules  # noqa: E402
 
 HELD_LAG_MS = 10.0
 WAV = ROOT / "recordings" / "hello.wav"
@@ -73,10 +69,6 @@ PEER_PYTHON = (
     / "python"
 )
 CLIENTS = ("load", "streamer", "duplexclient")
-#: ``load`` with its compiled core switched off (``DUPLEXCTL_PURE_PYTHON=1``), to measure what
-#: the core saves side by side; not one of the goal's three.
-LOAD_SOURCE = "load-source"
-KNOWN_CLIENTS = (*CLIENTS, LOAD_SOURCE)
 #: Where ``python -m duplexctl`` is imported from (its cwd). Other engineers edit the working
 #: tree while benchmarks run, so ``--duplexctl-root`` can point at a snapshot of a commit
 #: (``git archive HEAD | tar -x -C DIR``) to measure fixed code.
@@ -170,20 +162,8 @@ class Window:
         return c1 - c0, w1 - w0
 
 
-def client_env(client: str) -> dict[str, str]:
-    """The client's environment: ``load-source`` runs duplexctl with its core from source."""
-    return {**os.environ, PURE_ENV: "1" if client == LOAD_SOURCE else ""}
-
-
-def core_state(root: Path) -> str:
-    """Whether ``root`` has a compiled core built from its sources (``tools/build_native.py``
-    run there; ``git archive`` snapshots have none until it is)."""
-    fresh = fresh_modules(root / "build" / "native", root / "duplexctl")
-    return "compiled core fresh" if fresh else "no fresh compiled core: load runs from source"
-
-
 def command(client: str, url: str, n: int, duration: float, ramp: float, phases: int) -> list[str]:
-    if client in ("load", LOAD_SOURCE):
+    if client == "load":
         return [
             sys.executable, "-m", "duplexctl", "load", *load_turns(duration), "--url", url,
             "--sessions", str(n), "--duration", f"{duration}s", "--workers", "1",
@@ -204,14 +184,13 @@ def command(client: str, url: str, n: int, duration: float, ramp: float, phases:
 
 def parse(client: str, out: str) -> dict[str, Any]:
     """The client's own figures: admitted sessions, send-lag p99, answered turns."""
-    if client in ("load", LOAD_SOURCE):
+    if client == "load":
         report = json.loads(out)
         return {
             "admitted": report["admission"]["observed_capacity"],
             "send_lag_p99_ms": report["validity"]["send_lag_p99_ms"],
             "turns": report["turns"]["count"],
             "self_cpu_pct": report["validity"]["client_cpu_percent"],
-            "compiled_core": report["validity"].get("compiled_core"),
         }
     result = json.loads(out.strip().splitlines()[-1])
     return {
@@ -233,7 +212,6 @@ def run_client(
         stderr=subprocess.PIPE,
         text=True,
         cwd=DUPLEXCTL_ROOT[0],
-        env=client_env(client),
     )
     window = Window(proc.pid, launched + settle, launched + duration - 1.0)
     sampler = threading.Thread(target=window.run, daemon=True)
@@ -368,8 +346,8 @@ def main() -> None:
     DUPLEXCTL_ROOT[0] = args.duplexctl_root.resolve()
     counts = [int(x) for x in args.sessions.split(",")]
     clients = [c for c in args.clients.split(",") if c]
-    if unknown := set(clients) - set(KNOWN_CLIENTS):
-        raise SystemExit(f"unknown client(s) {sorted(unknown)}; choose from {KNOWN_CLIENTS}")
+    if unknown := set(clients) - set(CLIENTS):
+        raise SystemExit(f"unknown client(s) {sorted(unknown)}; choose from {CLIENTS}")
     if args.duration < args.settle + 8:
         raise SystemExit("--duration must leave at least 8 s of steady state after --settle")
     if "duplexclient" in clients and not PEER_PYTHON.exists():
@@ -377,7 +355,6 @@ def main() -> None:
     server, port, url = start_server(DUPLEXCTL_ROOT[0], max(counts))
     print(f"# {' '.join(sys.argv)}")
     print(f"# {machine()}; {time.strftime('%Y-%m-%d %H:%M')}; duplexctl from {describe_root()}")
-    print(f"# {core_state(DUPLEXCTL_ROOT[0])}")
     cols = [
         "sessions", "client", "admitted", "turns/sess·min", "send_lag_p99_ms", "cpu_%",
         "cpu_s/sess·min", "total_cpu_s/sess·min", "held",
@@ -428,17 +405,6 @@ def main() -> None:
         r1 = load / floor if load and floor else None
         r2 = peer / load if load and peer else None
         print(" | ".join(fmt(v) for v in (n, load, floor, peer, r1, r2)))
-    if LOAD_SOURCE in clients:
-        print()
-        print("load with its core from source, CPU s per session-minute (medians):")
-        print("sessions | load-source | load | load-source/load | duplexclient/load-source")
-        for n in counts:
-            src, load, peer = (
-                median_cpu(rows, n, c) for c in (LOAD_SOURCE, "load", "duplexclient")
-            )
-            r1 = src / load if src and load else None
-            r2 = peer / src if src and peer else None
-            print(" | ".join(fmt(v) for v in (n, src, load, r1, r2)))
     print_fit(rows, clients)
     print()
     for client in clients:

@@ -11,9 +11,7 @@ Use it for ablations of ``load`` itself (versions of the same weight), not for c
 different clients: running together they compete for the CPUs, which favours the lighter
 process, so cross-client ratios stay with ``compare_clients.py``.
 
-Each ``--tree`` is a duplexctl source tree (a ``git archive`` snapshot, say) with
-``tools/build_native.py`` run in it when the compiled core is wanted; a tree given as
-``PATH:source`` runs with the core off. The launch order rotates every round. CPU is the
+Each ``--tree`` is a duplexctl source tree (a ``git archive`` snapshot, say). The launch order rotates every round. CPU is the
 scheduler's nanosecond sum (``/proc/PID/schedstat``) between ``--settle`` s after launch and
 1 s before the streaming ends; the table gives each round's CPU s per session-minute and
 every tree's ratio to the first, with the median and range over the rounds.
@@ -28,56 +26,32 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench.compare_clients import (  # noqa: E402
-    LOAD_SOURCE,
-    client_env,
-    command,
-    core_state,
-    start_server,
-)
+from bench.compare_clients import command, start_server  # noqa: E402
 from bench.procstat import scheduled_seconds  # noqa: E402
 from bench.serve_capacity import wait_healthy  # noqa: E402
 
 
-@dataclass(frozen=True)
-class Tree:
-    """One version of duplexctl to run ``load`` from."""
-
-    root: Path
-    source: bool  # compiled core off
-
-    @property
-    def label(self) -> str:
-        return f"{self.root}{':source' if self.source else ''}"
-
-    @classmethod
-    def parse(cls, spec: str) -> Tree:
-        path, _, mode = spec.partition(":")
-        if mode not in ("", "source"):
-            raise SystemExit(f"--tree {spec!r}: the only mode is ':source'")
-        root = Path(path).resolve()
-        if not (root / "duplexctl" / "__init__.py").exists():
-            raise SystemExit(f"--tree {spec!r}: no duplexctl package in {root}")
-        return cls(root, mode == "source")
+def tree_root(spec: str) -> Path:
+    """The duplexctl source tree ``spec`` names (SystemExit when it holds no package)."""
+    root = Path(spec).resolve()
+    if not (root / "duplexctl" / "__init__.py").exists():
+        raise SystemExit(f"--tree {spec!r}: no duplexctl package in {root}")
+    return root
 
 
-def one_round(trees: list[Tree], url: str, n: int, duration: float, settle: float) -> list[float]:
+def one_round(trees: list[Path], url: str, n: int, duration: float, settle: float) -> list[float]:
     """Run every tree's load at once; CPU s per session-minute of each, in ``trees`` order."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for tree in trees:
-            client = LOAD_SOURCE if tree.source else "load"
-            cmd = command(client, url, n, duration, 2.0, 10)
+            cmd = command("load", url, n, duration, 2.0, 10)
             out = subprocess.DEVNULL
-            procs.append(
-                subprocess.Popen(cmd, cwd=tree.root, env=client_env(client), stdout=out, stderr=out)
-            )
+            procs.append(subprocess.Popen(cmd, cwd=tree, stdout=out, stderr=out))
         time.sleep(settle)
         start = [(time.monotonic(), scheduled_seconds(p.pid)) for p in procs]
         time.sleep(duration - settle - 1.0)
@@ -90,23 +64,22 @@ def one_round(trees: list[Tree], url: str, n: int, duration: float, settle: floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", required=True, help="PATH or PATH:source")
+    parser.add_argument("--tree", action="append", required=True, help="a duplexctl source tree")
     parser.add_argument("--sessions", type=int, default=50, help="sessions per tree")
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--settle", type=float, default=6.0)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    trees = [Tree.parse(spec) for spec in args.tree]
+    trees = [tree_root(spec) for spec in args.tree]
     if len(trees) < 2:
         raise SystemExit("give at least two --tree")
     if args.duration < args.settle + 5:
         raise SystemExit(f"--duration must be at least --settle + 5 s ({args.settle + 5:g})")
-    server, port, url = start_server(trees[0].root, args.sessions * len(trees))
+    server, port, url = start_server(trees[0], args.sessions * len(trees))
     print(f"# {' '.join(sys.argv)}")
-    print(f"# {time.strftime('%Y-%m-%d %H:%M')}; server from {trees[0].root}")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}; server from {trees[0]}")
     for i, tree in enumerate(trees):
-        core = "core off" if tree.source else core_state(tree.root)
-        print(f"# tree {i}: {tree.label} ({core})")
+        print(f"# tree {i}: {tree}")
     print("round | " + " | ".join(f"tree {i} CPU s/session·min" for i in range(len(trees))))
     rows: list[list[float]] = []
     try:
@@ -125,7 +98,7 @@ def main() -> None:
         ratios = [row[i] / row[0] for row in rows]
         lower = sum(x < 1.0 for x in ratios)
         print(
-            f"{i} {tree.label} | {statistics.median(r[i] for r in rows):.4f} | "
+            f"{i} {tree} | {statistics.median(r[i] for r in rows):.4f} | "
             f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}), "
             f"{lower}/{len(ratios)}"
         )

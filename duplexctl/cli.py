@@ -76,10 +76,7 @@ def reports_errors(fn: F) -> F:
 
 def _version(value: bool) -> None:
     if value:
-        from duplexctl import native
-
-        core = "compiled core" if native.active() else "core from source"
-        print(f"duplexctl {__version__} ({core})")
+        print(f"duplexctl {__version__}")
         raise typer.Exit()
 
 

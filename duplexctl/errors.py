@@ -38,5 +38,4 @@ class ServerUnreachable(DuplexctlError):
 
 class SessionStateError(RuntimeError):
     """A client event builder was asked for something the session state cannot support (a
-    bug, not bad input). Defined here rather than beside :class:`ClientSession`: mypyc, which
-    compiles that module, cannot derive native classes from RuntimeError."""
+    bug, not bad input)."""

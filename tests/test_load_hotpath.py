@@ -6,19 +6,16 @@ counter-based client event ids are all invisible in results; these tests pin tha
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from collections.abc import Callable
 
 import numpy as np
 import orjson
 
-from duplexctl.audio.pacer import Chunk
 from duplexctl.load.recorder import LAG_FOLD_EVERY, Recorder
 from duplexctl.load.session import SessionRecord
 from duplexctl.load.slices import TimeSlicer, Windows
-from duplexctl.protocol import client_state, codec, ids
+from duplexctl.protocol import codec, ids
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.report.histogram import (
     _LAYOUT,
@@ -125,64 +122,3 @@ def test_live_view_counts_running_sessions_as_attempts_and_admitted() -> None:
     rec.session_started(connecting)
     live = rec.live(now=1.0)
     assert (live["active"], live["attempts"], live["admitted"]) == (2, 2, 1)
-
-
-def test_written_out_inits_set_every_declared_field() -> None:
-    """Classes whose ``__init__`` is written out for the compiled core (it would otherwise stay
-    interpreted) must still take and set every field the dataclass declares: a field added
-    to the declaration but not to the ``__init__`` fails here, not at a later attribute read."""
-    written_out = [Chunk] + [
-        cls
-        for cls in vars(client_state).values()
-        if isinstance(cls, type)
-        and issubclass(cls, client_state.Happening)
-        and "__init__" in cls.__dict__
-        and "__dataclass_fields__" in cls.__dict__
-        and not _generated(cls.__init__)
-    ]
-    assert len(written_out) >= 6  # Chunk and the five per-frame happenings
-    for cls in written_out:
-        fields = dataclasses.fields(cls)
-        values = {f.name: _sample(f.name, i) for i, f in enumerate(fields)}
-        made = cls(**values)
-        for name, value in values.items():
-            got = getattr(made, name)
-            assert got is value or got == value, (cls.__name__, name)
-
-
-# Each field's kind, by name: the compiled core checks types at run time, and a compiled
-# dataclass's fields no longer state them. A field missing here is a new one: add it (and to
-# its class's written-out __init__).
-_KIND: dict[str, str] = {
-    **dict.fromkeys(["type", "response_id", "item_id", "format", "delta", "action"], "str"),
-    **dict.fromkeys(["reason", "cancel_reason", "decode_error"], "str"),
-    **dict.fromkeys(["recv_ns", "seq", "epoch", "sample_rate_hz", "index"], "int"),
-    **dict.fromkeys(["audio_start_ms", "audio_end_ms", "played_ms", "committed_ms"], "float"),
-    **dict.fromkeys(["scheduled", "sent"], "float"),
-    **dict.fromkeys(["end_of_turn", "standalone", "history_committed", "silent"], "bool"),
-    "frame": "dict",
-    "pcm": "bytes",
-    "samples": "array",
-    "origin": "origin",
-}
-
-
-def _generated(init: object) -> bool:
-    """A dataclass-generated ``__init__`` (its code compiled from a string by dataclasses)."""
-    code = getattr(init, "__code__", None)
-    return code is not None and code.co_filename == "<string>"
-
-
-def _sample(name: str, i: int) -> object:
-    """A value for field ``name``, distinct from the other fields' (``i``: its position)."""
-    make: dict[str, Callable[[], object]] = {
-        "str": lambda: f"value {i}",
-        "int": lambda: 10**6 + i,
-        "float": lambda: 0.5 + i,
-        "bool": lambda: i % 2 == 0,
-        "dict": lambda: {"i": i},
-        "bytes": lambda: bytes([i]),
-        "array": lambda: np.full(4, i, dtype=np.float32),
-        "origin": lambda: (np.zeros(4, dtype=np.float32), i),
-    }
-    return make[_KIND[name]]()

@@ -71,23 +71,6 @@ class Chunk:
     sent: float | None = None
     origin: tuple[np.ndarray, int] | None = None
 
-    def __init__(
-        self,
-        index: int,
-        samples: np.ndarray,
-        audio_start_ms: float,
-        audio_end_ms: float,
-        scheduled: float,
-        silent: bool,
-        sent: float | None = None,
-        origin: tuple[np.ndarray, int] | None = None,
-    ) -> None:
-        # written out, not generated: one Chunk per append, and mypyc compiles only the
-        # methods in the source (a dataclass-generated __init__ stays interpreted)
-        self.index, self.samples, self.scheduled = index, samples, scheduled
-        self.audio_start_ms, self.audio_end_ms = audio_start_ms, audio_end_ms
-        self.silent, self.sent, self.origin = silent, sent, origin
-
     def reaches(self, u_ms: float) -> bool:
         """True for the append after which the server first has user audio up to ``u_ms``
         (``audio_start_ms < u_ms <= audio_end_ms``): ``t_eos = t_send(u = speech_end)``."""

@@ -53,7 +53,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -524,8 +524,9 @@ class DuplexConnection:
             return None
         return item  # type: ignore[no-any-return]
 
-    def __aiter__(self) -> AsyncIterator[Happening]:
-        return _Happenings(self)
+    async def __aiter__(self) -> AsyncIterator[Happening]:
+        while (h := await self.next()) is not None:
+            yield h
 
     async def wait_for(self, predicate: Callable[[Happening], bool], timeout: float) -> Happening:
         """Consume happenings until one satisfies ``predicate`` (TimeoutError otherwise;
@@ -794,41 +795,8 @@ class DuplexConnection:
         await asyncio.shield(self.close())
 
 
-class _Happenings:
-    """``async for h in conn``: :meth:`DuplexConnection.next` until the stream ends (a class,
-    not an async generator: mypyc, which compiles this module, has none)."""
-
-    def __init__(self, conn: DuplexConnection) -> None:
-        self._conn = conn
-
-    def __aiter__(self) -> _Happenings:
-        return self
-
-    async def __anext__(self) -> Happening:
-        h = await self._conn.next()
-        if h is None:
-            raise StopAsyncIteration
-        return h
-
-
-class _Opening:
-    """What :func:`connect` returns: opens the connection on enter, closes it on every exit
-    path (a class, not ``contextlib.asynccontextmanager``: see :class:`_Happenings`)."""
-
-    def __init__(self, open_connection: Callable[[], Awaitable[DuplexConnection]]) -> None:
-        self._open = open_connection
-        self._conn: DuplexConnection | None = None
-
-    async def __aenter__(self) -> DuplexConnection:
-        self._conn = await self._open()
-        return self._conn
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._conn is not None:
-            await self._conn.__aexit__(*exc_info)
-
-
-def connect(
+@contextlib.asynccontextmanager
+async def connect(
     url: str,
     settings: SessionSettings,
     *,
@@ -836,10 +804,10 @@ def connect(
     timeout: float = 30.0,
     options: ConnectionOptions | None = None,
     listeners: Iterable[Callable[[Happening], None]] = (),
-) -> _Opening:
+) -> AsyncIterator[DuplexConnection]:
     """``async with connect(url, settings) as conn:`` — open, and close on every exit path."""
-    return _Opening(
-        lambda: DuplexConnection.open(
-            url, settings, api_key=api_key, timeout=timeout, options=options, listeners=listeners
-        )
+    conn = await DuplexConnection.open(
+        url, settings, api_key=api_key, timeout=timeout, options=options, listeners=listeners
     )
+    async with conn:
+        yield conn

@@ -75,11 +75,8 @@ def _resolve(future: asyncio.Future[None] | None) -> None:
         future.set_result(None)
 
 
-class WebSocket:
-    """One client websocket connection (see the module docstring).
-
-    An asyncio protocol by its methods, not by subclassing ``asyncio.Protocol`` (which adds
-    no behaviour): mypyc, which compiles this module, cannot derive from it."""
+class WebSocket(asyncio.Protocol):
+    """One client websocket connection (see the module docstring)."""
 
     def __init__(self, protocol: ClientProtocol) -> None:
         self.protocol = protocol

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from duplexctl import native
 from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.load.arrivals import ArrivalProcess, Ramp
 from duplexctl.load.config import LoadConfig
@@ -192,7 +191,6 @@ class Driver:
             "cpu_s": round(cpu_s, 3),
             "wall_s": round(wall_s, 3),
             "cpu_percent": round(100 * cpu_s / wall_s, 1) if wall_s > 0 else 0.0,
-            "compiled_core": native.active(),  # which code spent that CPU (native.py)
             "loop_lag_max_ms": round(self.loop_lag.max_ms, 3),
             "sessions_started": self.started,
             "end_reason": self.end_reason or ("stopped" if self.stop.is_set() else "done"),

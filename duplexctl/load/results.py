@@ -178,8 +178,6 @@ def build_report(
             "loop_lag_p99_ms": loop_lag.percentile(99) if loop_lag is not None else None,
             "loop_lag_max_ms": loop_lag.max if loop_lag is not None else None,
             "client_cpu_percent": round(cpu, 1),
-            # that CPU was spent by the compiled core (native.py) in every worker of every run
-            "compiled_core": bool(workers) and all(w.get("compiled_core") for w in workers),
             "invalid_pacing": invalid,
             "note": "send lag p99 above one chunk: latency figures are not trusted"
             if invalid
@@ -322,8 +320,7 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     lag = v["send_lag_p99_ms"]
     lines.append(
         f"client: send lag p99 {format_value(lag)} ms (chunk {v['chunk_ms']} ms), loop lag max "
-        f"{format_value(v['loop_lag_max_ms'])} ms, CPU {v['client_cpu_percent']}% "
-        + ("(compiled core)" if v.get("compiled_core") else "(core from source)")
+        f"{format_value(v['loop_lag_max_ms'])} ms, CPU {v['client_cpu_percent']}%"
     )
     if v["invalid_pacing"]:
         lines.append(

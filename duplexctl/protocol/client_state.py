@@ -54,13 +54,6 @@ from duplexctl.protocol.invariants import InvariantChecker
 # Happenings: what a server frame meant, typed. Every one carries the frame's receive time
 # (monotonic ns, read off the socket), its server_event_seq (None when unsequenced), the
 # canonical wire type and the decoded frame itself (for recorders and probes).
-#
-# The kinds a session receives several times a second (audio and transcript deltas, listen,
-# overlap decisions, playback acknowledgements) spell their ``__init__`` out: mypyc compiles
-# the methods written in the source, while a dataclass-generated ``__init__`` stays
-# interpreted (with ``Chunk``'s, written out too, load at 50 sessions costs 2.8 % less:
-# BENCHMARKS.md round 6). They take the same keywords and set the same fields the generated
-# one would (tests/test_load_hotpath.py checks every declared field).
 # --------------------------------------------------------------------------------------------
 
 
@@ -176,53 +169,12 @@ class AudioDelta(Happening):
     end_of_turn: bool
     decode_error: str | None = None
 
-    def __init__(
-        self,
-        *,
-        type: str,
-        recv_ns: int,
-        seq: int | None = None,
-        epoch: int | None = None,
-        frame: dict[str, Any] | None = None,
-        response_id: str,
-        item_id: str | None,
-        pcm: bytes,
-        format: str,
-        sample_rate_hz: int,
-        audio_start_ms: float,
-        audio_end_ms: float,
-        end_of_turn: bool,
-        decode_error: str | None = None,
-    ) -> None:
-        self.type, self.recv_ns, self.seq, self.epoch = type, recv_ns, seq, epoch
-        self.frame = {} if frame is None else frame
-        self.response_id, self.item_id, self.pcm, self.format = response_id, item_id, pcm, format
-        self.sample_rate_hz = sample_rate_hz
-        self.audio_start_ms, self.audio_end_ms = audio_start_ms, audio_end_ms
-        self.end_of_turn, self.decode_error = end_of_turn, decode_error
-
 
 @dataclass(slots=True, kw_only=True)
 class TranscriptDelta(Happening):
     response_id: str
     delta: str
     standalone: bool  # carries its own metadata: a text-only unit, not paired with audio
-
-    def __init__(
-        self,
-        *,
-        type: str,
-        recv_ns: int,
-        seq: int | None = None,
-        epoch: int | None = None,
-        frame: dict[str, Any] | None = None,
-        response_id: str,
-        delta: str,
-        standalone: bool,
-    ) -> None:
-        self.type, self.recv_ns, self.seq, self.epoch = type, recv_ns, seq, epoch
-        self.frame = {} if frame is None else frame
-        self.response_id, self.delta, self.standalone = response_id, delta, standalone
 
 
 @dataclass(slots=True, kw_only=True)
@@ -244,43 +196,12 @@ class Listen(Happening):
     response_id: str | None  # set only when it terminates a created response
     reason: str | None
 
-    def __init__(
-        self,
-        *,
-        type: str,
-        recv_ns: int,
-        seq: int | None = None,
-        epoch: int | None = None,
-        frame: dict[str, Any] | None = None,
-        response_id: str | None,
-        reason: str | None,
-    ) -> None:
-        self.type, self.recv_ns, self.seq, self.epoch = type, recv_ns, seq, epoch
-        self.frame = {} if frame is None else frame
-        self.response_id, self.reason = response_id, reason
-
 
 @dataclass(slots=True, kw_only=True)
 class OverlapDecision(Happening):
     action: str | None  # drop | listen | barge_in
     reason: str | None
     cancel_reason: str | None
-
-    def __init__(
-        self,
-        *,
-        type: str,
-        recv_ns: int,
-        seq: int | None = None,
-        epoch: int | None = None,
-        frame: dict[str, Any] | None = None,
-        action: str | None,
-        reason: str | None,
-        cancel_reason: str | None,
-    ) -> None:
-        self.type, self.recv_ns, self.seq, self.epoch = type, recv_ns, seq, epoch
-        self.frame = {} if frame is None else frame
-        self.action, self.reason, self.cancel_reason = action, reason, cancel_reason
 
 
 @dataclass(slots=True, kw_only=True)
@@ -290,26 +211,6 @@ class PlaybackAcknowledged(Happening):
     played_ms: float | None
     committed_ms: float | None
     history_committed: bool
-
-    def __init__(
-        self,
-        *,
-        type: str,
-        recv_ns: int,
-        seq: int | None = None,
-        epoch: int | None = None,
-        frame: dict[str, Any] | None = None,
-        response_id: str | None,
-        item_id: str | None,
-        played_ms: float | None,
-        committed_ms: float | None,
-        history_committed: bool,
-    ) -> None:
-        self.type, self.recv_ns, self.seq, self.epoch = type, recv_ns, seq, epoch
-        self.frame = {} if frame is None else frame
-        self.response_id, self.item_id = response_id, item_id
-        self.played_ms, self.committed_ms = played_ms, committed_ms
-        self.history_committed = history_committed
 
 
 @dataclass(slots=True, kw_only=True)
