@@ -227,17 +227,9 @@ class TalkSession:
     # -- setup -------------------------------------------------------------------------------
 
     def _build_settings(self, turn_detection: str) -> SessionSettings:
-        c = self.config
-        return SessionSettings.from_options(
-            model=c.model,
-            voice=c.voice,
-            ref_audio=c.ref_audio,
-            instructions=c.instructions,
-            turn_detection=turn_detection,
-            vad_silence_ms=c.vad_silence_ms,
-            auto_response=c.auto_response,
-            session_file=c.session_file,
-        )
+        """The opening session's settings (resolved once, in TalkConfig); ``turn_detection``
+        is the lane asked for now (``auto`` tries server VAD, then push-to-talk)."""
+        return self.config.settings.session_settings(turn_detection)
 
     def _open_devices(self, settings: SessionSettings) -> None:
         """Output first, then input: every device problem is one line before any I/O."""
@@ -990,6 +982,7 @@ class TalkSession:
             "barge_in": self.config.barge_in,
             "input": self.input.description if self.input else None,
             "output": self.output.description if self.output else None,
+            "config": self.config.settings.echo(),  # each setting used, with its origin
             "settings": redact(settings.to_session_object(), audio_keys=False)
             if settings
             else None,
