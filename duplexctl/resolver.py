@@ -514,7 +514,7 @@ def _check_together(layers: _Layers) -> None:
     if rate * chunk % 1000:
         raise BadInput(
             f"{labels['chunk_ms']} {chunk} is not a whole number of samples at the input rate "
-            f"{rate} Hz"
+            f"{rate} Hz ({labels['input_rate']})"
         )
     if layers.command is Command.TALK and chunk % TALK_BLOCK_MS:
         raise BadInput(
