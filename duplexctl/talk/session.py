@@ -51,7 +51,7 @@ from duplexctl.client.connection import (
     DuplexConnection,
     HandshakeFailed,
 )
-from duplexctl.errors import DuplexctlError, ServerUnreachable
+from duplexctl.errors import DuplexctlError, MissingDependency, ServerUnreachable
 from duplexctl.protocol import ids
 from duplexctl.protocol.client_state import (
     AudioDelta,
@@ -85,6 +85,12 @@ NS: Final = 1_000_000_000
 QUIET_ERRORS: Final = frozenset(
     {"response_not_active", "playback_item_not_found", "playback_ack_too_late"}
 )
+# How talk runs without sound (a missing PortAudio, no sound server): said with the error.
+WITHOUT_SPEAKER: Final = (
+    "to talk without sound: --output-device none (a simulated playback clock) and "
+    "--input-file FILE (instead of the microphone)"
+)
+WITHOUT_MICROPHONE: Final = "to talk without a microphone: --input-file FILE[@SECONDS]"
 _VAD_REFUSALS: Final = frozenset({"unsupported_turn_detection", "server_vad_unavailable"})
 LOCAL_STOP_ORIGIN: Final = (
     "output flushed (local barge-in) - capture time of the first sample of the interrupting "
@@ -239,12 +245,15 @@ class TalkSession:
                 settings.output_rate, prebuffer_ms=c.prebuffer_ms, on_started=self._on_started
             )
         else:
-            self.output = DeviceOutput(
-                c.output_device,
-                settings.output_rate,
-                prebuffer_ms=c.prebuffer_ms,
-                on_started=self._on_started,
-            )
+            try:
+                self.output = DeviceOutput(
+                    c.output_device,
+                    settings.output_rate,
+                    prebuffer_ms=c.prebuffer_ms,
+                    on_started=self._on_started,
+                )
+            except MissingDependency as exc:
+                raise MissingDependency(f"{exc}; {WITHOUT_SPEAKER}") from None
         if c.input_files:
             from duplexctl.audio.source import load_audio
 
@@ -258,7 +267,10 @@ class TalkSession:
                 clips.append((clip, spec.at_s))
             self.input = FileInput(clips, settings.input_rate, c.block_ms)
         else:
-            self.input = MicInput(c.input_device, settings.input_rate, c.block_ms)
+            try:
+                self.input = MicInput(c.input_device, settings.input_rate, c.block_ms)
+            except MissingDependency as exc:
+                raise MissingDependency(f"{exc}; {WITHOUT_MICROPHONE}") from None
 
     async def _open_connection(self, url: str) -> DuplexConnection:
         c = self.config
@@ -1030,5 +1042,5 @@ def list_device_lines() -> list[str]:
 
     devices = list_devices()
     if not devices:
-        return ["no audio devices found (is a sound server running?)"]
+        return [f"no audio devices found (no sound server, no sound card); {WITHOUT_SPEAKER}"]
     return ["  < default input, > default output", *(d.describe() for d in devices)]
