@@ -33,6 +33,7 @@ setting came from (:class:`Origin`), so every report echoes the settings actuall
 Public API::
 
     resolve(command, *, flags=None, scenario=None, session_file=None) -> RunSettings
+    DEFAULTS; FLAGS[command]; SCENARIO_SETTINGS; SESSION_KEYS
     RunSettings[name]; .origins; .session_settings(turn_detection=None); .echo()
     check_setting(name, value) -> value          # raises ValueError(why)
     split_session_object(obj) -> (typed, rest)   # typed: {name: (dotted key, value)}
@@ -253,6 +254,17 @@ SPECS: Final[dict[str, Spec]] = {
 }
 assert SPECS.keys() == DEFAULTS.keys()
 
+# What a scenario's [settings] table takes: every setting but the formats and rates, which
+# belong to the session object ([session], --session) and have no flag either.
+SCENARIO_SETTINGS: Final = frozenset(name for name, spec in SPECS.items() if spec.flag)
+# The flags each command has (None in them = not given).
+FLAGS: Final[dict[Command, frozenset[str]]] = {
+    Command.REPLAY: SCENARIO_SETTINGS,
+    Command.LOAD: SCENARIO_SETTINGS - {"pace"},
+    Command.TALK: SCENARIO_SETTINGS - {"commit", "pace", "response_timeout_s"},
+    Command.PROBE: frozenset({"model", "ref_audio"}),
+}
+
 
 def check_setting(name: str, value: Any, command: Command | None = None) -> Any:
     """``value`` checked and normalised for setting ``name``; ValueError(why) otherwise.
@@ -455,6 +467,8 @@ def resolve(
             layers.give(Origin.SESSION_FILE, name, value, f"--session {session_file}: {key}")
         passthrough = deep_merge(passthrough, rest)
     for name, value in (flags or {}).items():
+        if name not in FLAGS[command]:
+            raise TypeError(f"{command} has no flag for {name!r}")  # a caller's bug
         if value is not None:
             layers.give(Origin.FLAG, name, value, SPECS[name].flag or name)
     _check_together(layers)

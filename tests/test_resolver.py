@@ -234,3 +234,27 @@ def test_cli_refuses_before_connecting(args: list[str], message: str) -> None:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_the_help_states_the_defaults_of_the_table() -> None:
+    """Every "(default N)" in a settings option's help is the resolver's default for that
+    command, and every settings option defaults to None (= not given)."""
+    import re
+
+    from typer.main import get_command
+
+    from duplexctl.cli import app
+    from duplexctl.resolver import FLAGS
+
+    group = get_command(app)
+    stated = 0
+    for command in Command:
+        params = {p.name: p for p in group.commands[command.value].params}  # type: ignore[attr-defined]
+        for name in FLAGS[command]:
+            param = params[name]
+            assert param.default is None, (command, name)
+            found = re.search(r"\(default (\d+(?:\.\d+)?)\)", param.help or "")
+            if found:
+                stated += 1
+                assert float(found.group(1)) == defaults(command)[name], (command, name)
+    assert stated >= 8

@@ -24,7 +24,16 @@ import soundfile
 
 from duplexctl.load.config import LoadConfig
 from duplexctl.probe.runner import ProbeConfig
-from duplexctl.resolver import SESSION_KEYS, Command, Fixed, Origin, RunSettings, defaults
+from duplexctl.resolver import (
+    FLAGS,
+    SCENARIO_SETTINGS,
+    SESSION_KEYS,
+    Command,
+    Fixed,
+    Origin,
+    RunSettings,
+    defaults,
+)
 from duplexctl.scenario.config import CliOptions, resolve
 from duplexctl.scenario.parse import load_inputs
 from duplexctl.talk.config import TalkConfig
@@ -32,43 +41,8 @@ from duplexctl.talk.config import TalkConfig
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = ROOT / "recordings" / "hello.wav"
 LAYERS = ("scenario", "session_file", "flag")  # lowest first
-SCENARIO_SETTINGS_KEYS = frozenset(
-    {
-        "model",
-        "voice",
-        "ref_audio",
-        "instructions",
-        "turn_detection",
-        "vad_silence_ms",
-        "auto_response",
-        "commit",
-        "chunk_ms",
-        "pace",
-        "response_timeout_s",
-        "prebuffer_ms",
-    }
-)
 SESSION_PATH = {name: path for path, name in SESSION_KEYS.items()}
-# The flags each command has (talk and probe have no scenario).
-FLAGS: dict[Command, frozenset[str]] = {
-    Command.REPLAY: SCENARIO_SETTINGS_KEYS,
-    Command.LOAD: SCENARIO_SETTINGS_KEYS - {"pace"},
-    Command.TALK: frozenset(
-        {
-            "model",
-            "voice",
-            "ref_audio",
-            "instructions",
-            "turn_detection",
-            "vad_silence_ms",
-            "auto_response",
-            "chunk_ms",
-            "prebuffer_ms",
-        }
-    ),
-    Command.PROBE: frozenset({"model", "ref_audio"}),
-}
-HAS_SCENARIO = {Command.REPLAY, Command.LOAD}
+HAS_SCENARIO = {Command.REPLAY, Command.LOAD}  # talk and probe have no scenario
 
 # A value per layer (scenario, --session, flag); each differs from the one below it where
 # the setting has enough values (turn_detection has two: its origin tells the layers apart).
@@ -155,7 +129,7 @@ class Layers:
             value = given["scenario"]
             if name == "ref_audio":
                 wav(self.scenario.parent / value)  # relative to the scenario file
-            if name in SCENARIO_SETTINGS_KEYS:
+            if name in SCENARIO_SETTINGS:
                 table = f"[settings]\n{name} = {toml_value(value)}\n"
             else:
                 table = f"[session]\n{'.'.join(SESSION_PATH[name])} = {toml_value(value)}\n"

@@ -14,11 +14,12 @@ import asyncio
 import base64
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from test_talk_cli import run_cli_async
 
 from duplexctl.server.app import RunningServer, start_server
 from duplexctl.server.config import ServerConfig
@@ -63,17 +64,6 @@ async def tapped_server(**changes: Any) -> tuple[RunningServer, WireTap]:
     config = ServerConfig(port=0, **{**FAST, **changes})
     tap = WireTap(config)
     return await start_server(config, engine=tap.engine()), tap
-
-
-async def cli(*args: str, timeout: float = 90) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "duplexctl", *args,
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def scenario(tmp_path: Path, settings: str, session: str = "") -> Path:
@@ -147,7 +137,7 @@ async def test_load_sends_the_chunk_and_the_vad_its_report_states(tmp_path: Path
     out = tmp_path / "out"
     server, tap = await tapped_server()
     async with server:
-        code, _, stderr = await cli(
+        code, _, stderr = await run_cli_async(
             "load", str(path), "--url", server.url, "--sessions", "1", "--count", "1",
             "--chunk-ms", "40", "--workers", "1", "--json", "--out", str(out),
         )  # fmt: skip
@@ -208,7 +198,7 @@ async def test_probe_sends_and_reports_its_settings(tmp_path: Path) -> None:
     )
     server, tap = await tapped_server()
     async with server:
-        code, stdout, stderr = await cli(
+        code, stdout, stderr = await run_cli_async(
             "probe", "--url", server.url, "--only", "handshake", "--json",
             "--model", "m-flag", "--session", str(session),
         )  # fmt: skip

@@ -24,23 +24,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.errors import BadInput
-from duplexctl.resolver import Command, RunSettings, resolve
+from duplexctl.resolver import FLAGS, Command, RunSettings, resolve
 
 MIX_KINDS: Final = ("barge_in", "cancel", "drop_resume")
 # The LoadConfig fields that are resolver settings (flags when built, values used after).
-SETTING_FIELDS: Final = (
-    "model",
-    "voice",
-    "ref_audio",
-    "instructions",
-    "turn_detection",
-    "vad_silence_ms",
-    "auto_response",
-    "commit",
-    "chunk_ms",
-    "prebuffer_ms",
-    "response_timeout_s",
-)
+SETTING_FIELDS: Final = FLAGS[Command.LOAD]
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from duplexctl.errors import BadInput
 from duplexctl.report.turns import EXPECTABLE_FIGURES, TEXT_FIELDS
-from duplexctl.resolver import check_setting
+from duplexctl.resolver import SCENARIO_SETTINGS, check_setting
 from duplexctl.scenario.model import (
     ACTIONS,
     OUTCOMES,
@@ -37,22 +37,7 @@ from duplexctl.scenario.model import (
 SCENARIO_SUFFIXES: Final = (".toml",)
 
 _TOP_KEYS: Final = frozenset({"name", "description", "settings", "session", "step"})
-_SETTING_KEYS: Final = frozenset(
-    {
-        "model",
-        "voice",
-        "ref_audio",
-        "instructions",
-        "turn_detection",
-        "vad_silence_ms",
-        "auto_response",
-        "commit",
-        "chunk_ms",
-        "pace",
-        "response_timeout_s",
-        "prebuffer_ms",
-    }
-)
+_SETTING_KEYS: Final = SCENARIO_SETTINGS
 # keys each action accepts besides "action" and "expect"
 _STEP_KEYS: Final[dict[str, frozenset[str]]] = {
     "say": frozenset({"file", "commit", "tail_ms"}),

@@ -14,24 +14,14 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from duplexctl.errors import BadInput
-from duplexctl.resolver import TALK_BLOCK_MS, Command, RunSettings, resolve
+from duplexctl.resolver import FLAGS, TALK_BLOCK_MS, Command, RunSettings, resolve
 
 TurnMode = Literal["auto", "server_vad", "none"]
 BargeMode = Literal["client", "server", "off"]
 BARGE_MODES: Final = ("client", "server", "off")
 NO_DEVICE: Final = frozenset({"none", "null", "off"})
 # The TalkConfig fields that are resolver settings (flags when built, values used after).
-SETTING_FIELDS: Final = (
-    "turn_detection",
-    "vad_silence_ms",
-    "auto_response",
-    "model",
-    "voice",
-    "ref_audio",
-    "instructions",
-    "chunk_ms",
-    "prebuffer_ms",
-)
+SETTING_FIELDS: Final = FLAGS[Command.TALK]
 
 
 @dataclass(frozen=True, slots=True)
