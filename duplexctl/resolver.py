@@ -104,35 +104,39 @@ TALK_BLOCK_MS: Final = 20
 # where vLLM-Omni's own default of 500 ms splits it (docs/protocol.md §6.2).
 VAD_SILENCE_MS: Final = 800
 
+PROBE_INSTRUCTIONS: Final = "duplexctl probe session"  # names the sessions in a server's logs
+
 _COLUMNS: Final = (Command.REPLAY, Command.LOAD, Command.TALK, Command.PROBE)
 
 # The built-in defaults: one row per setting, one column per command (the order of _COLUMNS).
+# turn_detection: replay lets the server's VAD end turns; load commits each turn itself (one
+# variable less under load); talk asks for server VAD and falls back to push-to-talk; probe
+# commits, the lane every server has and the one its probes drive. Probe's own audio is
+# 16 kHz pcm16 (probe/context.py), so it must say so. Load paces in real time: its send lag
+# and invalid_pacing mean nothing otherwise. prebuffer_ms: replay keeps a small jitter
+# buffer (real-time deltas arrive a few ms apart); load starts playback at the first delta,
+# so first_audible_ms is the server's; talk's device buffers by itself.
+# fmt: off
 DEFAULTS: Final[dict[str, tuple[Any, Any, Any, Any]]] = {
-    # setting            replay          load                  talk     probe
-    "model": (None, None, None, None),
-    "voice": (None, None, None, None),
-    "ref_audio": (None, None, None, None),
-    "instructions": (None, None, None, "duplexctl probe session"),
-    # replay: the server's VAD ends turns; load: the client commits (one less variable
-    # under load); talk: server VAD when the server takes it, else push-to-talk; probe:
-    # client commits, the lane every server has and the one its probes drive.
-    "turn_detection": ("server_vad", "none", "auto", Fixed("none")),
-    "vad_silence_ms": (VAD_SILENCE_MS, VAD_SILENCE_MS, VAD_SILENCE_MS, Fixed(None)),
-    "auto_response": (False, False, False, Fixed(False)),
-    "commit": (False, False, NA, NA),
-    # probe's own audio is 16 kHz pcm16 (probe/context.py), so it must say so
-    "input_format": ("pcm16", "pcm16", "pcm16", Fixed("pcm16")),
-    "input_rate": (16000, 16000, 16000, Fixed(16000)),
-    "output_format": ("pcm16", "pcm16", "pcm16", "pcm16"),
-    "output_rate": (24000, 24000, 24000, 24000),
-    "chunk_ms": (100, 100, 100, NA),
-    # load's send lag and invalid_pacing are only meaningful in real time
-    "pace": (Pace.REALTIME, Fixed(Pace.REALTIME), NA, NA),
-    "response_timeout_s": (20.0, 20.0, NA, NA),
-    # replay: a small jitter buffer (real-time deltas arrive +-few ms); load: playback starts
-    # at the first delta, so first_audible_ms is the server's; talk: the device buffers
-    "prebuffer_ms": (100.0, 0.0, 0.0, NA),
+    # setting             replay            load                   talk            probe
+    "model":              (None,            None,                  None,           None),
+    "voice":              (None,            None,                  None,           None),
+    "ref_audio":          (None,            None,                  None,           None),
+    "instructions":       (None,            None,                  None,           PROBE_INSTRUCTIONS),
+    "turn_detection":     ("server_vad",    "none",                "auto",         Fixed("none")),
+    "vad_silence_ms":     (VAD_SILENCE_MS,  VAD_SILENCE_MS,        VAD_SILENCE_MS, Fixed(None)),
+    "auto_response":      (False,           False,                 False,          Fixed(False)),
+    "commit":             (False,           False,                 NA,             NA),
+    "input_format":       ("pcm16",         "pcm16",               "pcm16",        Fixed("pcm16")),
+    "input_rate":         (16000,           16000,                 16000,          Fixed(16000)),
+    "output_format":      ("pcm16",         "pcm16",               "pcm16",        "pcm16"),
+    "output_rate":        (24000,           24000,                 24000,          24000),
+    "chunk_ms":           (100,             100,                   100,            NA),
+    "pace":               (Pace.REALTIME,   Fixed(Pace.REALTIME),  NA,             NA),
+    "response_timeout_s": (20.0,            20.0,                  NA,             NA),
+    "prebuffer_ms":       (100.0,           0.0,                   0.0,            NA),
 }
+# fmt: on
 
 # Where a session object carries a typed setting (dotted path -> setting).
 SESSION_KEYS: Final[dict[tuple[str, ...], str]] = {
