@@ -55,6 +55,16 @@ VoiceOption = Annotated[str | None, typer.Option("--voice", help="Session voice.
 InstructionsOption = Annotated[
     str | None, typer.Option("--instructions", help="Session instructions (system prompt).")
 ]
+VadSilenceOption = Annotated[
+    int | None,
+    typer.Option(
+        "--vad-silence-ms",
+        help="Server VAD silence that ends a turn, sent as silence_duration_ms (default 800).",
+        show_default=False,
+    ),
+]
+# Every session/turn option defaults to None = not given: duplexctl.resolver decides, with
+# one precedence for every command (defaults < scenario < --session < flags).
 
 
 def reports_errors(fn: F) -> F:
@@ -72,6 +82,12 @@ def reports_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _say_notes(notes: Any) -> None:
+    """Settings the resolver ignored (a command's fixed value asked otherwise): one line each."""
+    for note in notes:
+        print(f"duplexctl: note: {note}", file=sys.stderr)
 
 
 def _version(value: bool) -> None:
@@ -197,6 +213,7 @@ def replay(
         str | None,
         typer.Option(help="server_vad (default: the server ends turns) or none (client commits)."),
     ] = None,
+    vad_silence_ms: VadSilenceOption = None,
     auto_response: Annotated[
         bool | None,
         typer.Option(
@@ -214,7 +231,11 @@ def replay(
         ),
     ] = None,
     session: Annotated[
-        Path | None, typer.Option(help="JSON merged into the opening session.update.")
+        Path | None,
+        typer.Option(
+            help="JSON session object: its typed keys rank between the scenario and flags; "
+            "the rest goes into the opening session.update as is."
+        ),
     ] = None,
     chunk_ms: Annotated[int | None, typer.Option(help="Append size in ms (default 100).")] = None,
     pace: Annotated[
@@ -250,6 +271,7 @@ def replay(
             ref_audio=ref_audio,
             instructions=instructions,
             turn_detection=turn_detection,
+            vad_silence_ms=vad_silence_ms,
             auto_response=auto_response,
             commit=commit,
             session_file=session,
@@ -260,6 +282,7 @@ def replay(
         ),
         scenario.settings,
     )
+    _say_notes(config.extra_notes)
 
     def progress(line: str) -> None:
         print(f"duplexctl: {line}", file=sys.stderr, flush=True)
@@ -318,16 +341,21 @@ def talk(
         typer.Option(help="Write conversation.wav, user.wav, response WAVs, events.jsonl here."),
     ] = None,
     turn_detection: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="auto (server VAD when the server offers it, else push-to-talk), "
+            help="auto (default: server VAD when the server offers it, else push-to-talk), "
             "server_vad, or none (push-to-talk: Enter ends a turn)."
         ),
-    ] = "auto",
-    vad_silence_ms: Annotated[int, typer.Option(help="Server VAD silence that ends a turn.")] = 800,
+    ] = None,
+    vad_silence_ms: VadSilenceOption = None,
     auto_response: Annotated[
-        bool, typer.Option("--auto-response", help="Model-native lane: the model decides.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--auto-response/--no-auto-response",
+            help="Model-native lane: the model decides.",
+            show_default=False,
+        ),
+    ] = None,
     barge_in: Annotated[
         str,
         typer.Option(
@@ -345,10 +373,19 @@ def talk(
     ] = None,
     instructions: InstructionsOption = None,
     session: Annotated[
-        Path | None, typer.Option("--session", help="JSON merged into session.update.")
+        Path | None,
+        typer.Option(
+            "--session",
+            help="JSON session object: its typed keys rank below flags; the rest goes into "
+            "session.update as is.",
+        ),
     ] = None,
-    chunk_ms: Annotated[int, typer.Option(help="Input append size in ms.")] = 100,
-    prebuffer_ms: Annotated[float, typer.Option(help="Jitter buffer before playback.")] = 0.0,
+    chunk_ms: Annotated[
+        int | None, typer.Option(help="Input append size in ms, a multiple of 20 (default 100).")
+    ] = None,
+    prebuffer_ms: Annotated[
+        float | None, typer.Option(help="Jitter buffer before playback, ms (default 0).")
+    ] = None,
     plain: Annotated[
         bool | None, typer.Option("--plain/--live", help="Force plain lines or the live view.")
     ] = None,
@@ -375,7 +412,7 @@ def talk(
         input_files=[InputFileSpec.parse(f) for f in input_file or []],
         duration_s=duration,
         record_dir=record,
-        turn_detection=turn_detection,  # type: ignore[arg-type]  # checked by TalkConfig
+        turn_detection=turn_detection,  # type: ignore[arg-type]  # checked by the resolver
         vad_silence_ms=vad_silence_ms,
         auto_response=auto_response,
         barge_in=barge_in,  # type: ignore[arg-type]
@@ -388,6 +425,7 @@ def talk(
         chunk_ms=chunk_ms,
         prebuffer_ms=prebuffer_ms,
     )
+    _say_notes(config.settings.notes)
     result = asyncio.run(run_talk(config, make_view(plain)))
     if result.error is not None:
         raise result.error
@@ -431,7 +469,11 @@ def probe(
     ] = None,
     session_file: Annotated[
         str | None,
-        typer.Option("--session", help="JSON merged into every probe's session object."),
+        typer.Option(
+            "--session",
+            help="JSON session object for every probe session: its typed keys rank below "
+            "flags (probes always commit turns themselves); the rest is sent as is.",
+        ),
     ] = None,
     list_probes: Annotated[
         bool, typer.Option("--list", help="List the probes and what each catches.")
@@ -457,23 +499,18 @@ def probe(
         raise BadInput("--max-sessions must be at least 1")
     if disconnect_grace_s is not None and disconnect_grace_s < 0:
         raise BadInput("--disconnect-grace-s must not be negative")
-    from duplexctl.protocol.settings import SessionSettings
-
-    base = SessionSettings.from_options(
-        model=model,
-        ref_audio=ref_audio,
-        instructions="duplexctl probe session",
-        session_file=session_file,
-    )
     config = ProbeConfig(
-        base=base,
         url=url,
         api_key=api_key,
         only=only,
         max_sessions=max_sessions,
         disconnect_grace_s=disconnect_grace_s,
         budget_s=budget_s,
+        model=model,
+        ref_audio=ref_audio,
+        session_file=session_file,
     )
+    _say_notes(config.settings.notes)
 
     def embedded(server_url: str) -> None:
         print(
@@ -542,7 +579,7 @@ def load(
         bool | None, typer.Option("--live/--plain", help="Dashboard style (default: by TTY).")
     ] = None,
     slice_seconds: Annotated[float, typer.Option("--slice", help="Time slice length, s.")] = 10.0,
-    chunk_ms: Annotated[int, typer.Option(help="Append size in ms.")] = 100,
+    chunk_ms: Annotated[int | None, typer.Option(help="Append size in ms (default 100).")] = None,
     send_phases: Annotated[
         int,
         typer.Option(
@@ -550,19 +587,44 @@ def load(
             "(fewer: cheaper client, burstier arrival)."
         ),
     ] = 10,
-    prebuffer_ms: Annotated[float, typer.Option(help="Simulated playback prebuffer.")] = 0.0,
-    response_timeout: Annotated[float, typer.Option(help="Seconds to wait for an answer.")] = 20.0,
+    prebuffer_ms: Annotated[
+        float | None, typer.Option(help="Simulated playback prebuffer, ms (default 0).")
+    ] = None,
+    response_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--response-timeout-s",
+            "--response-timeout",
+            help="Seconds to wait for an answer (default 20).",
+        ),
+    ] = None,
     model: ModelOption = None,
     voice: VoiceOption = None,
     ref_audio: Annotated[str | None, typer.Option(help="Reference voice clip (WAV).")] = None,
     instructions: InstructionsOption = None,
     turn_detection: Annotated[
-        str | None, typer.Option(help="server_vad or none (client commits).")
+        str | None,
+        typer.Option(help="none (default: the client commits each turn) or server_vad."),
     ] = None,
+    vad_silence_ms: VadSilenceOption = None,
     auto_response: Annotated[
         bool | None, typer.Option("--auto-response/--no-auto-response", help="Model-native lane.")
     ] = None,
-    session: Annotated[str | None, typer.Option(help="JSON merged into session.update.")] = None,
+    commit: Annotated[
+        bool | None,
+        typer.Option(
+            "--commit/--no-commit",
+            help="Client commits after each turn's speech even with server VAD.",
+            show_default=False,
+        ),
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON session object: its typed keys rank between the scenario and flags; "
+            "the rest goes into session.update as is."
+        ),
+    ] = None,
     server_max_sessions: Annotated[
         int, typer.Option(help="Embedded server: admission limit.")
     ] = 64,
@@ -616,12 +678,14 @@ def load(
         ref_audio=ref_audio,
         instructions=instructions,
         turn_detection=turn_detection,
+        vad_silence_ms=vad_silence_ms,
         auto_response=auto_response,
+        commit=commit,
         session_file=session,
         chunk_ms=chunk_ms,
         send_phases=send_phases,
         prebuffer_ms=prebuffer_ms,
-        response_timeout_s=response_timeout,
+        response_timeout_s=response_timeout_s,
         sessions=sessions,
         rate=rate,
         arrival=arrival,
@@ -650,6 +714,7 @@ def load(
             **overrides,
         },
     )
+    _say_notes(config.settings.notes)
     result = run_load(config)
     if result.exit_code:
         raise typer.Exit(result.exit_code)

@@ -1,9 +1,12 @@
-"""SessionSettings builds the opening session.update like the golden transcripts' client."""
+"""SessionSettings builds the opening session.update like the golden transcripts' client.
+
+Where its values come from (defaults, scenario, --session, flags) is the resolver's job:
+tests/test_resolver.py and tests/test_settings_precedence.py.
+"""
 
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 import soundfile
 
 from duplexctl.errors import BadInput
-from duplexctl.protocol.settings import SessionSettings, read_session_file, ref_audio_data_uri
+from duplexctl.protocol.settings import SessionSettings, ref_audio_data_uri
 
 
 def golden_session(load_wire: Any, name: str) -> dict[str, Any]:
@@ -66,20 +69,15 @@ def test_ref_audio_path_and_data_uri(tmp_path: Path) -> None:
         ref_audio_data_uri(junk)
 
 
-def test_session_file_merged_last(tmp_path: Path) -> None:
-    path = tmp_path / "s.json"
-    path.write_text(
-        json.dumps(
-            {
-                "extra_body": {"force_listen_count": 0},
-                "turn_detection": {"type": "server_vad", "threshold": 0.6},
-                "idle_timeout_s": 60,
-                "sample_rate_hz": 24000,
-            }
-        )
-    )
-    settings = SessionSettings.from_options(
-        model="m", turn_detection="server_vad", vad_silence_ms=500, session_file=path
+def test_passthrough_keys_merge_last_and_vad_options_only_into_server_vad() -> None:
+    """``extra`` (session-object keys no field covers) merges recursively over the built
+    object; ``vad_options`` joins the server VAD object and never turns null into VAD."""
+    settings = SessionSettings(
+        model="m",
+        turn_detection="server_vad",
+        vad_silence_ms=500,
+        extra={"extra_body": {"force_listen_count": 0}, "idle_timeout_s": 60},
+        vad_options={"threshold": 0.6},
     )
     obj = settings.to_session_object()
     assert obj["extra_body"] == {"auto_response": False, "force_listen_count": 0}
@@ -88,24 +86,10 @@ def test_session_file_merged_last(tmp_path: Path) -> None:
         "silence_duration_ms": 500,
         "threshold": 0.6,
     }
-    assert obj["idle_timeout_s"] == 60 and obj["sample_rate_hz"] == 24000
-    wrapped = tmp_path / "event.json"
-    wrapped.write_text(json.dumps({"type": "session.update", "session": {"voice": "x"}}))
-    assert read_session_file(wrapped) == {"voice": "x"}
+    assert obj["idle_timeout_s"] == 60
+    none = SessionSettings(turn_detection="none", vad_options={"threshold": 0.6})
+    assert none.to_session_object()["turn_detection"] is None
     assert settings.with_extra({"voice": "y"}).to_session_object()["voice"] == "y"
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [("{oops", "not valid JSON"), ("[1, 2]", "must contain a JSON object")],
-)
-def test_bad_session_file(tmp_path: Path, content: str, message: str) -> None:
-    path = tmp_path / "bad.json"
-    path.write_text(content)
-    with pytest.raises(BadInput, match=message):
-        SessionSettings.from_options(session_file=path)
-    with pytest.raises(BadInput, match="cannot read --session"):
-        read_session_file(tmp_path / "nope.json")
 
 
 def test_bad_options() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,10 @@ from duplexctl.audio import pcm
 from duplexctl.audio.pacer import MicQueue
 from duplexctl.errors import BadInput
 from duplexctl.load.config import LoadConfig, Mix
+from duplexctl.load.engine import make_plan
 from duplexctl.load.script import AppendCache, build_script
+from duplexctl.scenario.config import CliOptions, resolve
+from duplexctl.scenario.parse import load_inputs
 
 
 def test_mix_parses_and_picks_by_cumulative_probability() -> None:
@@ -91,3 +96,59 @@ def test_bundled_script_and_append_cache() -> None:
         assert text == pcm.b64encode(pcm.encode(samples, "pcm16"))
     silence = np.zeros(1600, dtype=np.float32)
     assert cache.encode(silence, True) is cache.encode(silence, True)
+
+
+# --- settings: the one resolver (issue 15.1) ------------------------------------------------
+
+HELLO = Path(__file__).resolve().parent.parent / "recordings" / "hello.wav"
+
+
+def scenario_file(tmp_path: Path, settings: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(
+        f'[settings]\n{settings}\n[[step]]\naction = "say"\nfile = "{HELLO}"\n'
+        '[[step]]\naction = "wait"\n'
+    )
+    return path
+
+
+def test_an_explicit_flag_beats_the_scenario_even_at_the_default_value(tmp_path: Path) -> None:
+    """LoadConfig.chunk_ms defaulted to 100, so "not given" and "--chunk-ms 100" looked the
+    same and the scenario's 200 won over the flag (prebuffer and response timeout alike)."""
+    path = scenario_file(tmp_path, "chunk_ms = 200\nprebuffer_ms = 30\nresponse_timeout_s = 9")
+    flags = LoadConfig(
+        inputs=[str(path)], chunk_ms=100, prebuffer_ms=0.0, response_timeout_s=20.0, count=1
+    )
+    plan = make_plan(flags)
+    assert (plan.replay.chunk_ms, plan.replay.prebuffer_ms, plan.replay.response_timeout_s) == (
+        100,
+        0.0,
+        20.0,
+    )
+    scenario = LoadConfig(inputs=[str(path)], count=1)
+    plan = make_plan(scenario)
+    assert (plan.replay.chunk_ms, plan.replay.prebuffer_ms, plan.replay.response_timeout_s) == (
+        200,
+        30.0,
+        9.0,
+    )
+    # what run.py hands the report (validity.chunk_ms, invalid_pacing) is the chunk used
+    assert scenario.chunk_ms == 200 and scenario.echo()["chunk_ms"] == 200
+    assert scenario.echo()["origin"]["chunk_ms"] == "scenario"
+    assert flags.echo()["origin"]["chunk_ms"] == "flag"
+
+
+def test_load_asks_for_the_same_server_vad_as_replay() -> None:
+    """load dropped replay's 800 ms silence_duration_ms: the same scenario then ran with a
+    different server VAD in load and in replay."""
+    load = make_plan(LoadConfig(inputs=[str(HELLO)], turn_detection="server_vad", count=1))
+    replay = resolve(CliOptions(turn_detection="server_vad"), load_inputs([HELLO]).settings)
+    vad = {"type": "server_vad", "silence_duration_ms": 800}
+    assert load.settings.to_session_object()["turn_detection"] == vad
+    assert replay.settings.to_session_object()["turn_detection"] == vad
+
+
+def test_send_phases_are_checked_against_the_chunk_used(tmp_path: Path) -> None:
+    path = scenario_file(tmp_path, "chunk_ms = 20")
+    with pytest.raises(BadInput, match=r"chunk \(20 ms\)"):
+        LoadConfig(inputs=[str(path)], sessions=1, count=1, send_phases=40).validate()

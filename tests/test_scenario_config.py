@@ -68,3 +68,34 @@ def test_end_mode(td: str, auto: bool, commit: bool, mode: TurnEnd) -> None:
 def test_bad_values_are_bad_input(cli: CliOptions, message: str) -> None:
     with pytest.raises(BadInput, match=message):
         resolve(cli, Settings())
+
+
+def test_explicit_flags_beat_the_session_file(tmp_path: Path) -> None:
+    """--session was merged last over the whole session object, so it beat explicit flags;
+    its typed keys now rank between the scenario and the flags, the rest passes through."""
+    session_file = tmp_path / "s.json"
+    session_file.write_text(
+        json.dumps(
+            {
+                "model": "from-file",
+                "voice": "file-voice",
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 300},
+                "temperature": 0.3,
+            }
+        )
+    )
+    config = resolve(
+        CliOptions(model="from-flag", turn_detection="none", session_file=session_file),
+        Settings(model="from-scenario", voice="scenario-voice"),
+    )
+    obj = config.settings.to_session_object()
+    assert obj["model"] == "from-flag"  # flag > --session > scenario
+    assert obj["voice"] == "file-voice"  # --session > scenario
+    assert obj["turn_detection"] is None and config.end_mode is TurnEnd.COMMIT
+    assert obj["temperature"] == 0.3  # not a typed setting: passed through
+    origin = config.echo()["origin"]
+    assert (origin["model"], origin["voice"], origin["turn_detection"]) == (
+        "flag",
+        "session_file",
+        "flag",
+    )

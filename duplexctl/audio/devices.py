@@ -155,7 +155,8 @@ def resolve_device(spec: str | int | DeviceInfo | None, kind: Kind) -> DeviceInf
     usable = [d for d in devices if d.channels(kind) > 0]
     if not usable:
         raise MissingDependency(
-            f"no audio {kind} device found (is a sound server running? {LIST_HINT})"
+            f"no audio {kind} device found: PortAudio sees no sound server (PulseAudio, "
+            f"PipeWire) and no sound card"
         )
     if spec is None or (isinstance(spec, str) and spec.strip() in ("", "default")):
         for dev in usable:

@@ -13,6 +13,7 @@ identically.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,8 @@ class AudioClip:
     original_channels: int
     original_format: str
     conversion: str | None
+    original_frames: int = 0  # samples per channel in the file, at original_rate
+    declared_frames: int | None = None  # what a WAV header claims, when more than is there
 
     @property
     def duration_ms(self) -> float:
@@ -72,6 +75,69 @@ def _format_label(container: str, subtype: str) -> str:
     if container == "MP3":
         return "MP3"
     return f"{container} {subtype}"
+
+
+def _wav_declared_frames(path: Path) -> int | None:
+    """Frames a RIFF/WAVE header declares in its ``data`` chunk (None: not a WAV, or a size
+    left as a placeholder by a streaming writer, 0 or 0xFFFFFFFF).
+
+    libsndfile silently reads what is there when a file was cut short, so a truncated
+    recording would otherwise look like a short one; comparing with the header says which.
+    """
+    try:
+        with path.open("rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return None
+            block_align = 0
+            while chunk := f.read(8):
+                if len(chunk) < 8:
+                    return None
+                cid, size = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+                if cid == b"fmt ":
+                    fmt = f.read(size)
+                    block_align = struct.unpack("<H", fmt[12:14])[0] if len(fmt) >= 14 else 0
+                    f.seek(size % 2, 1)  # chunks are word aligned
+                elif cid == b"data":
+                    if block_align <= 0 or size in (0, 0xFFFFFFFF):
+                        return None
+                    return size // block_align
+                else:
+                    f.seek(size + size % 2, 1)
+    except OSError:
+        return None
+    return None
+
+
+def describe_contents(clip: AudioClip) -> str:
+    """What the file holds, for a message: ``file holds 28 samples (1.75 ms) at 16000 Hz``,
+    and whether its header promised more (a truncated file)."""
+
+    def ms(frames: int) -> str:
+        return f"{round(1000.0 * frames / clip.original_rate, 2):g} ms"
+
+    frames, rate = clip.original_frames, clip.original_rate
+    text = f"file holds {frames} samples ({ms(frames)}) at {rate} Hz"
+    if clip.declared_frames is not None:
+        declared = clip.declared_frames
+        text += f", truncated (its header declares {declared} samples, {ms(declared)})"
+    return text
+
+
+def no_speech_message(clip: AudioClip, params: VadParams | None = None) -> str:
+    """Why a clip has no speech, saying what it holds: too short to hold any, truncated, or
+    audio in which the energy VAD found none."""
+    params = params or VadParams()
+    found = describe_contents(clip)
+    if clip.duration_ms < params.min_speech_ms:
+        return (
+            f"{found}; too short to hold speech (the energy VAD needs at least "
+            f"{params.min_speech_ms} ms), so the turn has no end"
+        )
+    return (
+        f"{found}; no speech found in it (energy VAD, speech above "
+        f"{params.threshold_db:g} dBFS), so the turn has no end"
+    )
 
 
 def _fail(path: Path, problem: str) -> BadInput:
@@ -103,8 +169,13 @@ def load_audio(path: str | Path, rate: int = 16000, *, wire_format: str = "pcm16
         raise _fail(path, f"not a readable audio file ({_one_line(exc.error_string)})") from None
     except (RuntimeError, OSError, ValueError, TypeError) as exc:
         raise _fail(path, f"not a readable audio file ({_one_line(exc)})") from None
-    if data.shape[0] == 0:
-        raise _fail(path, "contains no audio (0 samples)")
+    frames = int(data.shape[0])
+    declared = _wav_declared_frames(path) if container == "WAV" else None
+    if declared is not None and declared <= frames:
+        declared = None  # as promised (or padded): nothing to say
+    if frames == 0:
+        cut = f" (its header declares {declared} samples: truncated)" if declared else ""
+        raise _fail(path, f"contains no audio (0 samples){cut}")
     channels = int(data.shape[1])
     mono = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float32)
     samples = np.ascontiguousarray(resample(mono, file_rate, rate), dtype=np.float32)
@@ -133,6 +204,8 @@ def load_audio(path: str | Path, rate: int = 16000, *, wire_format: str = "pcm16
         original_channels=channels,
         original_format=fmt,
         conversion=conversion,
+        original_frames=frames,
+        declared_frames=declared,
     )
 
 

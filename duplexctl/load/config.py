@@ -2,9 +2,11 @@
 
 :class:`LoadConfig` is a plain, picklable dataclass: the CLI builds it, worker processes
 receive their share of it (:meth:`LoadConfig.share`), and ``report.json`` echoes it in full
-(:meth:`LoadConfig.echo`), so a run can be reproduced from its report. Every check that can
-fail on user input happens in :meth:`LoadConfig.validate` and raises ``BadInput`` with one
-line, before a ten-minute run starts.
+(:meth:`LoadConfig.echo`), so a run can be reproduced from its report. Session and turn
+settings are resolved when it is built, by the one resolver every command uses
+(:mod:`duplexctl.resolver`: defaults < scenario < ``--session`` < flags); every other check
+that can fail on user input happens in :meth:`LoadConfig.validate`. Both raise ``BadInput``
+with one line, before a ten-minute run starts.
 
 Behaviour mix (``--mix barge_in=0.2,cancel=0.1,drop_resume=0.05``): per *turn*, with those
 probabilities, the answer is interrupted by speech (barge-in), cancelled with
@@ -22,9 +24,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.errors import BadInput
+from duplexctl.resolver import FLAGS, Command, RunSettings, resolve
 
 MIX_KINDS: Final = ("barge_in", "cancel", "drop_resume")
-DEFAULT_RESPONSE_TIMEOUT_S: Final = 20.0
+# The LoadConfig fields that are resolver settings (flags when built, values used after).
+SETTING_FIELDS: Final = FLAGS[Command.LOAD]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,12 @@ class LoadConfig:
 
     Exactly one of ``sessions`` (closed loop) and ``rate`` (open loop) is set; the capacity
     search sets ``sessions`` (or ``rate``) per step itself.
+
+    The session and turn settings (:data:`SETTING_FIELDS`) are given as the command line's
+    flags, ``None`` = not given; building the config resolves them with the scenario and
+    ``--session`` (``settings``), after which each of those fields holds the value the run
+    uses (``ref_audio``: the file named) and ``settings.origins`` says where it came from.
+    A copy made with ``dataclasses.replace`` keeps the resolution it was made from.
     """
 
     url: str | None = None
@@ -91,18 +101,20 @@ class LoadConfig:
     # what sessions say
     inputs: list[str] = field(default_factory=list)  # WAVs or one scenario; [] = bundled
     mix: Mix = field(default_factory=Mix)
-    # session settings (None = scenario's, else built-in default)
+    # session and turn settings: flags (None = not given), then the values used
     model: str | None = None
     voice: str | None = None
     ref_audio: str | None = None
     instructions: str | None = None
     turn_detection: str | None = None
+    vad_silence_ms: int | None = None
     auto_response: bool | None = None
+    commit: bool | None = None
     session_file: str | None = None
-    chunk_ms: int = 100
+    chunk_ms: int | None = None
     send_phases: int = 10  # appends go out on this many instants per chunk (audio.sendgrid)
-    prebuffer_ms: float = 0.0
-    response_timeout_s: float = DEFAULT_RESPONSE_TIMEOUT_S
+    prebuffer_ms: float | None = None
+    response_timeout_s: float | None = None
     # offered load
     sessions: int | None = None
     rate: float | None = None
@@ -133,6 +145,22 @@ class LoadConfig:
     uvloop: bool = True
     # the embedded server when no --url (ServerConfig fields), echoed in the report
     server_overrides: dict[str, Any] = field(default_factory=dict)
+    # the resolved settings (resolver): set by __post_init__, kept by dataclasses.replace
+    settings: RunSettings = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.settings is None:
+            from duplexctl.load.script import scenario_for  # decodes nothing: parse only
+
+            self.settings = resolve(
+                Command.LOAD,
+                flags={name: getattr(self, name) for name in SETTING_FIELDS},
+                scenario=scenario_for(self.inputs).settings,
+                session_file=self.session_file,
+            )
+        run = self.settings
+        for name in SETTING_FIELDS:
+            setattr(self, name, run.as_flag(name))
 
     # -- checks --------------------------------------------------------------------------
 
@@ -174,15 +202,12 @@ class LoadConfig:
             raise BadInput(f"--arrival must be constant, poisson or gamma, not {self.arrival!r}")
         if self.arrival != "gamma" and self.burstiness != 1.0:
             raise BadInput("--burstiness applies to --arrival gamma only")
-        if self.chunk_ms <= 0 or (16000 * self.chunk_ms) % 1000:
-            raise BadInput(f"--chunk-ms {self.chunk_ms} is not a whole number of samples")
-        if not 1 <= self.send_phases <= self.chunk_ms:
+        chunk_ms = self.settings["chunk_ms"]
+        if not 1 <= self.send_phases <= chunk_ms:
             raise BadInput(
-                f"--send-phases must be between 1 and the chunk ({self.chunk_ms} ms), "
+                f"--send-phases must be between 1 and the chunk ({chunk_ms} ms), "
                 f"got {self.send_phases}"
             )
-        if self.turn_detection not in (None, "server_vad", "none"):
-            raise BadInput("--turn-detection must be server_vad or none")
         if self.step_duration_s <= 0:
             raise BadInput("--step-duration must be > 0")
         if self.url is not None and not self.url.startswith(("ws://", "wss://")):
@@ -212,10 +237,11 @@ class LoadConfig:
         """The full configuration for report.json (the API key left out)."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
-            if f.name == "api_key":
+            if f.name in ("api_key", "settings"):
                 continue
             value = getattr(self, f.name)
             out[f.name] = str(value) if isinstance(value, Mix) else value
+        out.update(self.settings.echo())  # the settings used, with ``origin`` of each
         out["api_key_given"] = self.api_key is not None
         return out
 

@@ -40,7 +40,7 @@ from duplexctl.load.recorder import Recorder
 from duplexctl.load.script import AppendCache, Script, build_script
 from duplexctl.load.session import LoadSession, SessionRecord
 from duplexctl.protocol.settings import SessionSettings
-from duplexctl.scenario.config import ReplayConfig, end_mode_of
+from duplexctl.scenario.config import ReplayConfig
 
 CLOSED_SPREAD_S: Final = 2.0
 BACKOFF_MIN_S: Final = 0.25
@@ -61,36 +61,11 @@ class Plan:
 
 
 def make_plan(config: LoadConfig, script: Script | None = None) -> Plan:
-    """Settings by precedence: explicit option, then the scenario, then the default."""
-    script = script or build_script(config.inputs)
-    sc = script.scenario.settings
-
-    def pick(option: Any, scenario: Any, default: Any) -> Any:
-        if option is not None:
-            return option
-        return scenario if scenario is not None else default
-
-    turn_detection = pick(config.turn_detection, sc.turn_detection, "none")
-    auto_response = bool(pick(config.auto_response, sc.auto_response, False))
-    ref_audio = pick(config.ref_audio, str(sc.ref_audio) if sc.ref_audio else None, None)
-    settings = SessionSettings.from_options(
-        model=pick(config.model, sc.model, None),
-        voice=pick(config.voice, sc.voice, None),
-        ref_audio=ref_audio,
-        instructions=pick(config.instructions, sc.instructions, None),
-        turn_detection=turn_detection,
-        auto_response=auto_response,
-        session_file=config.session_file,
-    )
-    if sc.session:
-        settings = settings.with_extra(dict(sc.session))
-    replay = ReplayConfig(
-        settings=settings,
-        end_mode=end_mode_of(turn_detection, auto_response, bool(sc.commit)),
-        chunk_ms=sc.chunk_ms or config.chunk_ms,
-        prebuffer_ms=sc.prebuffer_ms if sc.prebuffer_ms is not None else config.prebuffer_ms,
-        response_timeout_s=sc.response_timeout_s or config.response_timeout_s,
-    )
+    """The runner config every session uses, from the settings the config resolved (one
+    resolver for every command: defaults < scenario < ``--session`` < flags), and the
+    script, its audio decoded at the session's input rate."""
+    replay = ReplayConfig.from_run(config.settings)
+    script = script or build_script(config.inputs, rate=replay.settings.input_rate)
     return Plan(script=script, replay=replay)
 
 

@@ -24,7 +24,14 @@ from duplexctl.scenario.clips import AppendCache, SpokenClip, spoken_clip
 from duplexctl.scenario.model import BargeIn, Say, Scenario, Wait
 from duplexctl.scenario.parse import from_audio_files, load_inputs
 
-__all__ = ["AppendCache", "Script", "build_script", "bundled_scenario", "plain_steps"]
+__all__ = [
+    "AppendCache",
+    "Script",
+    "build_script",
+    "bundled_scenario",
+    "plain_steps",
+    "scenario_for",
+]
 
 INPUT_RATE: Final = 16000
 BARGE_IN_CLIP: Final = "interrupt.wav"
@@ -64,9 +71,14 @@ def bundled_scenario() -> Scenario:
     return Scenario(name="bundled", steps=scenario.steps)
 
 
+def scenario_for(inputs: list[str]) -> Scenario:
+    """The scenario the inputs name (parsed, no audio decoded): the bundled one for none."""
+    return load_inputs([Path(p) for p in inputs]) if inputs else bundled_scenario()
+
+
 def build_script(inputs: list[str], *, rate: int = INPUT_RATE) -> Script:
-    """Parse the inputs and preload every clip (BadInput on any problem)."""
-    scenario = load_inputs([Path(p) for p in inputs]) if inputs else bundled_scenario()
+    """Parse the inputs and preload every clip at ``rate`` (BadInput on any problem)."""
+    scenario = scenario_for(inputs)
     if not any(isinstance(s, Say | BargeIn) for s in scenario.steps):
         raise BadInput(f"{scenario.name}: the scenario says nothing (no say or barge_in step)")
     clips: dict[Path, SpokenClip] = {}

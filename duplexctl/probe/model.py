@@ -87,6 +87,7 @@ class ProbeReport:
     results: list[ProbeResult]
     duration_ms: float
     budget_s: float
+    settings: dict[str, Any] = field(default_factory=dict)  # the session settings, with origins
 
     @property
     def failed(self) -> list[ProbeResult]:
@@ -107,5 +108,6 @@ class ProbeReport:
             "counts": self.counts(),
             "duration_ms": round(self.duration_ms, 1),
             "budget_s": self.budget_s,
+            "settings": self.settings,
             "results": [r.to_dict() for r in self.results],
         }

@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from duplexctl.errors import ServerUnreachable
 from duplexctl.probe.context import Facts, ProbeContext, probe_settings
 from duplexctl.probe.model import ProbeFailed, ProbeReport, ProbeResult, ProbeSkipped, Verdict
 from duplexctl.probe.registry import Probe, select
 from duplexctl.protocol.settings import SessionSettings
+from duplexctl.resolver import Command, RunSettings, resolve
 
 DEFAULT_BUDGET_S = 120.0
 _CLEANUP_S = 20.0
@@ -31,7 +32,13 @@ _CLEANUP_S = 20.0
 
 @dataclass(slots=True)
 class ProbeConfig:
-    """What ``duplexctl probe`` was asked to do."""
+    """What ``duplexctl probe`` was asked to do.
+
+    ``model``, ``ref_audio`` and ``session_file`` are the session flags (None = not given);
+    building the config resolves them (:mod:`duplexctl.resolver`, probe's column: sessions
+    always client-committed, 16 kHz pcm16 in) into ``settings``, which the JSON report
+    echoes with the origin of each value.
+    """
 
     url: str | None = None
     api_key: str | None = None
@@ -39,7 +46,22 @@ class ProbeConfig:
     max_sessions: int | None = None  # the server's admission limit, when the user knows it
     disconnect_grace_s: float | None = None  # the server's disconnect grace, likewise
     budget_s: float = DEFAULT_BUDGET_S
-    base: SessionSettings | None = None  # --ref-audio / --session for every probe session
+    model: str | None = None
+    ref_audio: str | None = None  # MiniCPM-o refuses to open without a voice clip
+    session_file: str | None = None
+    settings: RunSettings = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.settings = resolve(
+            Command.PROBE,
+            flags={"model": self.model, "ref_audio": self.ref_audio},
+            session_file=self.session_file,
+        )
+
+    @property
+    def base(self) -> SessionSettings:
+        """The session every probe opens, before a probe's own additions."""
+        return self.settings.session_settings()
 
 
 OnResult = Callable[[ProbeResult], None]
@@ -128,6 +150,7 @@ async def run_probes(
         results=results,
         duration_ms=(time.monotonic() - t0) * 1000,
         budget_s=config.budget_s,
+        settings=config.settings.echo(),
     )
 
 

@@ -1,4 +1,4 @@
-"""Session settings → the opening ``session.update`` (protocol.md §3.1, §11 client checklist).
+"""Session settings → the opening ``session.update`` (docs/protocol.md §3.1, §11 client checklist).
 
 Every client command (replay, load, talk, probe) opens its session the same way, so the
 session object is built in exactly one place. It always declares the input format and rate
@@ -14,18 +14,23 @@ The object mirrors what the golden transcripts' client sent (tests/fixtures/wire
      "extra_body": {"auto_response": false},
      "turn_detection": null | {"type": "server_vad", "silence_duration_ms": 800}}
 
-``extra`` (from ``--session FILE.json``) is merged last, recursively for nested objects, so
-a user can set anything the typed fields do not cover, or override them.
+The values come from :mod:`duplexctl.resolver` (defaults < scenario < ``--session`` <
+flags). ``extra`` holds the keys of ``--session FILE.json`` / a scenario's ``[session]``
+that no typed field covers and is merged last, recursively for nested objects;
+``vad_options`` holds the other keys of their ``turn_detection`` object (``threshold`` …),
+merged into the server VAD object only when server VAD is asked for (into ``null`` they
+would make a VAD object out of "no VAD").
 
 Public API::
 
     SessionSettings(model=None, voice=None, ref_audio=None, instructions=None,
                     turn_detection="none", vad_silence_ms=None, auto_response=False,
                     input_format="pcm16", input_rate=16000, output_format="pcm16",
-                    output_rate=24000, extra={})
+                    output_rate=24000, extra={}, vad_options={})
     SessionSettings.to_session_object() -> dict      # raises errors.BadInput
-    SessionSettings.from_options(..., session_file=None) -> SessionSettings
-    ref_audio_data_uri(value: str | Path) -> str      # raises errors.BadInput
+    SessionSettings.with_extra(extra) -> SessionSettings  # raw override (tests, probes)
+    ref_audio_data_uri(value, what="--ref-audio") -> str  # raises errors.BadInput
+    deep_merge(base, extra) -> dict
 """
 
 from __future__ import annotations
@@ -33,7 +38,6 @@ from __future__ import annotations
 import base64
 import copy
 import io
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -47,12 +51,13 @@ TURN_DETECTION_CHOICES: Final = ("server_vad", "none")
 DATA_URI_PREFIX: Final = "data:"
 
 
-def ref_audio_data_uri(value: str | Path) -> str:
+def ref_audio_data_uri(value: str | Path, what: str = "--ref-audio") -> str:
     """``ref_audio`` as the ``data:audio/wav;base64,…`` URI the server expects.
 
     A data URI passes through untouched. A path is read; a RIFF/WAVE file is sent byte for
     byte, any other audio file soundfile can read is re-encoded as 16-bit WAV (MiniCPM-o
     refuses to open without a voice clip, so a clear error here beats a refused session).
+    ``what`` names where the value came from in the error (a flag, a scenario key …).
     """
     if isinstance(value, str) and value.startswith(DATA_URI_PREFIX):
         return value
@@ -60,50 +65,33 @@ def ref_audio_data_uri(value: str | Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise BadInput(f"cannot read --ref-audio {path}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if not (data[:4] == b"RIFF" and data[8:12] == b"WAVE"):
-        data = _to_wav(path, data)
+        data = _to_wav(path, data, what)
     return "data:audio/wav;base64," + base64.b64encode(data).decode("ascii")
 
 
-def _to_wav(path: Path, data: bytes) -> bytes:
+def _to_wav(path: Path, data: bytes, what: str) -> bytes:
     import soundfile  # lazy: only needed for non-WAV voice clips
 
     try:
         samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except Exception as exc:  # soundfile raises several types for unreadable input
-        raise BadInput(f"--ref-audio {path} is not a readable audio file: {exc}") from None
+        raise BadInput(f"{what} {path} is not a readable audio file: {exc}") from None
     out = io.BytesIO()
     soundfile.write(out, samples.mean(axis=1), rate, format="WAV", subtype="PCM_16")
     return out.getvalue()
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``extra`` over ``base``; nested objects merge, everything else (null too) replaces."""
     merged = dict(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
-
-
-def read_session_file(path: str | Path) -> dict[str, Any]:
-    """The JSON object of ``--session FILE.json`` (BadInput naming the file otherwise)."""
-    path = Path(path)
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"cannot read --session {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"--session {path} is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise BadInput(f"--session {path} must contain a JSON object, not {type(obj).__name__}")
-    # A file may hold a whole session.update event or just its session object.
-    if obj.get("type") == "session.update" and isinstance(obj.get("session"), dict):
-        return dict(obj["session"])
-    return obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +109,8 @@ class SessionSettings:
     input_rate: int = 16000
     output_format: str = "pcm16"
     output_rate: int = 24000
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # session-object keys no field covers
+    vad_options: dict[str, Any] = field(default_factory=dict)  # more server_vad keys
 
     def __post_init__(self) -> None:
         if self.turn_detection not in TURN_DETECTION_CHOICES:
@@ -144,40 +133,10 @@ class SessionSettings:
         """The input format in pcm.py's canonical spelling (what the pacer encodes)."""
         return pcm.normalize_format(self.input_format) or "pcm16"
 
-    @classmethod
-    def from_options(
-        cls,
-        *,
-        model: str | None = None,
-        voice: str | None = None,
-        ref_audio: str | Path | None = None,
-        instructions: str | None = None,
-        turn_detection: str = "none",
-        vad_silence_ms: int | None = None,
-        auto_response: bool = False,
-        session_file: str | Path | None = None,
-        **overrides: Any,
-    ) -> SessionSettings:
-        """Settings from CLI/scenario options; ``session_file`` is read into ``extra`` now,
-        so a bad file fails before any connection is made."""
-        extra = read_session_file(session_file) if session_file is not None else {}
-        if ref_audio is not None and not str(ref_audio).startswith(DATA_URI_PREFIX):
-            ref_audio = ref_audio_data_uri(ref_audio)  # read once, fail early
-        return cls(
-            model=model,
-            voice=voice,
-            ref_audio=ref_audio,
-            instructions=instructions,
-            turn_detection=turn_detection,  # type: ignore[arg-type]  # validated in __post_init__
-            vad_silence_ms=vad_silence_ms,
-            auto_response=auto_response,
-            extra=extra,
-            **overrides,
-        )
-
     def with_extra(self, extra: dict[str, Any]) -> SessionSettings:
-        """A copy with ``extra`` merged over the current extra (scenario-level overrides)."""
-        return replace(self, extra=_deep_merge(self.extra, extra))
+        """A copy with ``extra`` merged over the current extra: a raw override of the session
+        object, past the typed fields (tests and probes send deliberately odd objects)."""
+        return replace(self, extra=deep_merge(self.extra, extra))
 
     def to_session_object(self) -> dict[str, Any]:
         """The ``session`` object of the opening ``session.update``."""
@@ -200,10 +159,10 @@ class SessionSettings:
             vad: dict[str, Any] = {"type": "server_vad"}
             if self.vad_silence_ms is not None:
                 vad["silence_duration_ms"] = self.vad_silence_ms
-            obj["turn_detection"] = vad
+            obj["turn_detection"] = deep_merge(vad, self.vad_options)
         else:
             obj["turn_detection"] = None
-        return _deep_merge(obj, self.extra) if self.extra else obj
+        return deep_merge(obj, self.extra) if self.extra else obj
 
     def session_update(self, event_id: str | None = None) -> dict[str, Any]:
         """The complete opening ``session.update`` event."""

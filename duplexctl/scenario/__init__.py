@@ -5,8 +5,9 @@ A scenario is a TOML file. Paths are relative to the file. Example (``recordings
     name = "barge_in"
     description = "The user talks over the answer; the server must stop it."
 
-    [settings]                      # all optional; an explicit command-line flag wins
+    [settings]                      # all optional; --session FILE.json and flags win
     turn_detection = "server_vad"   # or "none" (client commits)
+    vad_silence_ms = 800            # server VAD silence that ends a turn
     auto_response = false           # true: the model decides when to answer (native lane)
     commit = false                  # true: client commits even with server VAD
     chunk_ms = 100                  # append size
@@ -15,8 +16,9 @@ A scenario is a TOML file. Paths are relative to the file. Example (``recordings
     prebuffer_ms = 100              # simulated playback jitter buffer
     model = "…"; voice = "…"; instructions = "…"; ref_audio = "voice.wav"
 
-    [session]                       # merged into the opening session.update as-is
-    turn_detection = { type = "server_vad", silence_duration_ms = 800 }
+    [session]                       # the opening session.update's object: keys that are
+    temperature = 0.7               # settings (model, turn_detection …) rank as [settings];
+                                    # the rest is sent as is (duplexctl.resolver)
 
     [[step]]
     action = "say"                  # speak a file as the next user turn (does not wait)

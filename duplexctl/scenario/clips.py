@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from duplexctl.audio import pcm
-from duplexctl.audio.source import AudioClip, load_audio, speech_bounds
+from duplexctl.audio.source import AudioClip, load_audio, no_speech_message, speech_bounds
 from duplexctl.errors import BadInput
 from duplexctl.scenario.model import Scenario
 
@@ -40,7 +40,7 @@ def spoken_clip(path: Path, rate: int, wire_format: str = "pcm16") -> SpokenClip
     clip = load_audio(path, rate, wire_format=wire_format)
     bounds = speech_bounds(clip)
     if bounds is None:
-        raise BadInput(f"{path}: no speech found (energy VAD), so the turn has no end")
+        raise BadInput(f"{path}: {no_speech_message(clip)}")
     return SpokenClip(clip, bounds[0], bounds[1])
 
 

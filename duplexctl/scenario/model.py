@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
+
+from duplexctl.audio.pacer import Pace
+
+__all__ = ["Pace"]  # re-exported: one Pace for the pacer, scenarios and the resolver
 
 
 class TurnEnd(StrEnum):
@@ -22,11 +26,6 @@ class TurnEnd(StrEnum):
     VAD = "server_vad"  # the server's VAD auto-commits after the speech
     COMMIT = "commit"  # the client commits (response_create) after speech + a short tail
     MODEL = "model"  # auto_response: the model decides by itself; nobody commits
-
-
-class Pace(StrEnum):
-    REALTIME = "realtime"
-    FAST = "fast"
 
 
 class Anchor(StrEnum):
@@ -114,11 +113,13 @@ def _is_number(x: Any) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Session and run settings a scenario may set; ``None`` = not set (CLI or default wins).
+    """The scenario's layer of the run settings; ``None`` = not set by the scenario.
 
-    Precedence when a replay starts: an explicit command-line flag, then the scenario, then
-    the built-in default. ``session`` is merged into the opening ``session.update`` like
-    ``--session FILE.json``.
+    :mod:`duplexctl.resolver` places this layer above the built-in defaults and below
+    ``--session FILE.json`` and explicit flags. ``session`` is the ``[session]`` table as
+    written: its keys that carry a typed setting (``model``, ``turn_detection`` …) count as
+    this layer too, the rest goes into the opening ``session.update`` as-is. ``source`` is
+    the scenario file, named in messages.
     """
 
     model: str | None = None
@@ -126,6 +127,7 @@ class Settings:
     ref_audio: Path | None = None
     instructions: str | None = None
     turn_detection: str | None = None  # "server_vad" | "none"
+    vad_silence_ms: int | None = None
     auto_response: bool | None = None
     commit: bool | None = None
     chunk_ms: int | None = None
@@ -133,6 +135,15 @@ class Settings:
     response_timeout_s: float | None = None
     prebuffer_ms: float | None = None
     session: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The settings the scenario sets (``[settings]`` only), by name."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("session", "source") and getattr(self, f.name) is not None
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from duplexctl.errors import BadInput
 from duplexctl.report.turns import EXPECTABLE_FIGURES, TEXT_FIELDS
+from duplexctl.resolver import SCENARIO_SETTINGS, check_setting
 from duplexctl.scenario.model import (
     ACTIONS,
     OUTCOMES,
@@ -25,7 +26,6 @@ from duplexctl.scenario.model import (
     Drop,
     Expectation,
     Interrupt,
-    Pace,
     Say,
     Scenario,
     Settings,
@@ -37,21 +37,7 @@ from duplexctl.scenario.model import (
 SCENARIO_SUFFIXES: Final = (".toml",)
 
 _TOP_KEYS: Final = frozenset({"name", "description", "settings", "session", "step"})
-_SETTING_KEYS: Final = frozenset(
-    {
-        "model",
-        "voice",
-        "ref_audio",
-        "instructions",
-        "turn_detection",
-        "auto_response",
-        "commit",
-        "chunk_ms",
-        "pace",
-        "response_timeout_s",
-        "prebuffer_ms",
-    }
-)
+_SETTING_KEYS: Final = SCENARIO_SETTINGS
 # keys each action accepts besides "action" and "expect"
 _STEP_KEYS: Final[dict[str, frozenset[str]]] = {
     "say": frozenset({"file", "commit", "tail_ms"}),
@@ -124,7 +110,7 @@ def parse_scenario(text: str, path: Path) -> Scenario:
             raise _Problem(
                 f"unknown top-level key {unknown[0]!r} (expected one of {_list(_TOP_KEYS)})"
             )
-        settings = _settings(doc.get("settings", {}), doc.get("session", {}), base)
+        settings = _settings(doc.get("settings", {}), doc.get("session", {}), path)
         name = doc.get("name", path.stem)
         description = doc.get("description", "")
         if not isinstance(name, str) or not isinstance(description, str):
@@ -151,7 +137,10 @@ def _list(keys: Iterable[str]) -> str:
     return ", ".join(sorted(keys))
 
 
-def _settings(raw: Any, session: Any, base: Path) -> Settings:
+def _settings(raw: Any, session: Any, source: Path) -> Settings:
+    """The scenario's layer of the run settings. Each value is checked by the resolver's
+    one definition of the setting (:func:`duplexctl.resolver.check_setting`); the typed keys
+    of ``[session]`` are checked when the run resolves them, with the rest of the layers."""
     if not isinstance(raw, dict):
         raise _Problem("[settings] must be a table")
     if not isinstance(session, dict):
@@ -161,30 +150,16 @@ def _settings(raw: Any, session: Any, base: Path) -> Settings:
         raise _Problem(
             f"settings: unknown key {unknown[0]!r} (expected one of {_list(_SETTING_KEYS)})"
         )
-    td = raw.get("turn_detection")
-    if td is not None and td not in ("server_vad", "none"):
-        raise _Problem(f"settings: turn_detection must be 'server_vad' or 'none', not {td!r}")
-    pace = raw.get("pace")
-    if pace is not None and pace not in tuple(Pace):
-        raise _Problem(f"settings: pace must be 'realtime' or 'fast', not {pace!r}")
-    ref = raw.get("ref_audio")
-    ref_path = None
-    if ref is not None:
-        ref_path = _file(ref, base, "settings: ref_audio")
-    return Settings(
-        model=_opt(raw, "model", str, "settings"),
-        voice=_opt(raw, "voice", str, "settings"),
-        ref_audio=ref_path,
-        instructions=_opt(raw, "instructions", str, "settings"),
-        turn_detection=td,
-        auto_response=_opt(raw, "auto_response", bool, "settings"),
-        commit=_opt(raw, "commit", bool, "settings"),
-        chunk_ms=_positive_int(raw, "chunk_ms"),
-        pace=Pace(pace) if pace is not None else None,
-        response_timeout_s=_positive(raw, "response_timeout_s", "settings"),
-        prebuffer_ms=_non_negative(raw, "prebuffer_ms", "settings"),
-        session=dict(session),
-    )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "ref_audio":
+            values[key] = _file(value, source.parent, "settings: ref_audio")
+            continue
+        try:
+            values[key] = check_setting(key, value)
+        except ValueError as exc:
+            raise _Problem(f"settings: {key} {exc}") from None
+    return Settings(**values, session=dict(session), source=source)
 
 
 def _opt(raw: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
@@ -218,15 +193,6 @@ def _non_negative(raw: Mapping[str, Any], key: str, where: str = "") -> float | 
     value = _number(raw, key, f"{where}: " if where else "")
     if value is not None and value < 0:
         raise _Problem(f"{where + ': ' if where else ''}{key} must be >= 0, not {value:g}")
-    return value
-
-
-def _positive_int(raw: Mapping[str, Any], key: str) -> int | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise _Problem(f"settings: {key} must be a positive integer, not {value!r}")
     return value
 
 

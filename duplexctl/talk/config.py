@@ -1,7 +1,9 @@
 """The options of one ``duplexctl talk`` run, parsed and checked before any I/O.
 
-Kept free of heavy imports so that the CLI can build and validate it (one-line BadInput for
-a bad value, exit 2) before numpy, websockets or PortAudio are loaded.
+Kept free of heavy I/O imports so that the CLI can build and validate it (one-line BadInput
+for a bad value, exit 2) before websockets or PortAudio are loaded. The session and turn
+settings are resolved by the one resolver every command uses (:mod:`duplexctl.resolver`;
+talk has no scenario, so: defaults < ``--session`` < flags).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from duplexctl.errors import BadInput
+from duplexctl.resolver import FLAGS, TALK_BLOCK_MS, Command, RunSettings, resolve
 
 TurnMode = Literal["auto", "server_vad", "none"]
 BargeMode = Literal["client", "server", "off"]
-TURN_MODES: Final = ("auto", "server_vad", "none")
 BARGE_MODES: Final = ("client", "server", "off")
 NO_DEVICE: Final = frozenset({"none", "null", "off"})
+# The TalkConfig fields that are resolver settings (flags when built, values used after).
+SETTING_FIELDS: Final = FLAGS[Command.TALK]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +52,13 @@ class InputFileSpec:
 
 @dataclass(slots=True)
 class TalkConfig:
-    """Everything ``talk`` needs; ``api_key`` is never printed or written."""
+    """Everything ``talk`` needs; ``api_key`` is never printed or written.
+
+    The session and turn settings (:data:`SETTING_FIELDS`) are given as the command line's
+    flags, ``None`` = not given; building the config resolves them with ``--session``
+    (``settings``), after which each of those fields holds the value the session uses
+    (``ref_audio``: the file named) and ``settings.origins`` says where it came from.
+    """
 
     url: str | None = None
     api_key: str | None = None
@@ -57,9 +67,9 @@ class TalkConfig:
     input_files: list[InputFileSpec] = field(default_factory=list)
     duration_s: float | None = None
     record_dir: Path | None = None
-    turn_detection: TurnMode = "auto"
-    vad_silence_ms: int | None = 800
-    auto_response: bool = False
+    turn_detection: TurnMode | None = None
+    vad_silence_ms: int | None = None
+    auto_response: bool | None = None
     barge_in: BargeMode = "client"
     barge_threshold_db: float = -40.0
     model: str | None = None
@@ -67,28 +77,31 @@ class TalkConfig:
     ref_audio: str | None = None
     instructions: str | None = None
     session_file: Path | None = None
-    chunk_ms: int = 100
-    block_ms: int = 20
-    prebuffer_ms: float = 0.0
+    chunk_ms: int | None = None
+    # capture block; not an option: the resolver checks chunk_ms is a whole number of them
+    block_ms: int = field(default=TALK_BLOCK_MS, init=False)
+    prebuffer_ms: float | None = None
     ack_interval_ms: float = 200.0
     server_overrides: dict[str, Any] = field(default_factory=dict)  # embedded server only
+    settings: RunSettings = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.turn_detection not in TURN_MODES:
-            raise BadInput(
-                f"--turn-detection must be one of {', '.join(TURN_MODES)}, "
-                f"not {self.turn_detection!r}"
-            )
+        self.settings = resolve(
+            Command.TALK,
+            flags={name: getattr(self, name) for name in SETTING_FIELDS},
+            session_file=self.session_file,
+        )
+        run = self.settings
+        for name in SETTING_FIELDS:
+            setattr(self, name, run.as_flag(name))
         if self.barge_in not in BARGE_MODES:
             raise BadInput(
                 f"--barge-in must be one of {', '.join(BARGE_MODES)}, not {self.barge_in!r}"
             )
         if self.duration_s is not None and not (self.duration_s > 0):
             raise BadInput(f"--duration must be positive, not {self.duration_s}")
-        if self.chunk_ms <= 0 or self.chunk_ms % self.block_ms:
-            raise BadInput(f"--chunk-ms must be a positive multiple of {self.block_ms}")
-        if self.ack_interval_ms <= 0 or self.prebuffer_ms < 0:
-            raise BadInput("ack interval must be positive and prebuffer >= 0")
+        if self.ack_interval_ms <= 0:
+            raise BadInput("ack interval must be positive")
         for spec in self.input_files:
             if not spec.path.is_file():
                 raise BadInput(f"--input-file {spec.path}: no such file")

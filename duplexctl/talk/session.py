@@ -51,7 +51,7 @@ from duplexctl.client.connection import (
     DuplexConnection,
     HandshakeFailed,
 )
-from duplexctl.errors import DuplexctlError, ServerUnreachable
+from duplexctl.errors import DuplexctlError, MissingDependency, ServerUnreachable
 from duplexctl.protocol import ids
 from duplexctl.protocol.client_state import (
     AudioDelta,
@@ -85,6 +85,12 @@ NS: Final = 1_000_000_000
 QUIET_ERRORS: Final = frozenset(
     {"response_not_active", "playback_item_not_found", "playback_ack_too_late"}
 )
+# How talk runs without sound (a missing PortAudio, no sound server): said with the error.
+WITHOUT_SPEAKER: Final = (
+    "to talk without sound: --output-device none (a simulated playback clock) and "
+    "--input-file FILE (instead of the microphone)"
+)
+WITHOUT_MICROPHONE: Final = "to talk without a microphone: --input-file FILE[@SECONDS]"
 _VAD_REFUSALS: Final = frozenset({"unsupported_turn_detection", "server_vad_unavailable"})
 LOCAL_STOP_ORIGIN: Final = (
     "output flushed (local barge-in) - capture time of the first sample of the interrupting "
@@ -227,17 +233,9 @@ class TalkSession:
     # -- setup -------------------------------------------------------------------------------
 
     def _build_settings(self, turn_detection: str) -> SessionSettings:
-        c = self.config
-        return SessionSettings.from_options(
-            model=c.model,
-            voice=c.voice,
-            ref_audio=c.ref_audio,
-            instructions=c.instructions,
-            turn_detection=turn_detection,
-            vad_silence_ms=c.vad_silence_ms,
-            auto_response=c.auto_response,
-            session_file=c.session_file,
-        )
+        """The opening session's settings (resolved once, in TalkConfig); ``turn_detection``
+        is the lane asked for now (``auto`` tries server VAD, then push-to-talk)."""
+        return self.config.settings.session_settings(turn_detection)
 
     def _open_devices(self, settings: SessionSettings) -> None:
         """Output first, then input: every device problem is one line before any I/O."""
@@ -247,12 +245,15 @@ class TalkSession:
                 settings.output_rate, prebuffer_ms=c.prebuffer_ms, on_started=self._on_started
             )
         else:
-            self.output = DeviceOutput(
-                c.output_device,
-                settings.output_rate,
-                prebuffer_ms=c.prebuffer_ms,
-                on_started=self._on_started,
-            )
+            try:
+                self.output = DeviceOutput(
+                    c.output_device,
+                    settings.output_rate,
+                    prebuffer_ms=c.prebuffer_ms,
+                    on_started=self._on_started,
+                )
+            except MissingDependency as exc:
+                raise MissingDependency(f"{exc}; {WITHOUT_SPEAKER}") from None
         if c.input_files:
             from duplexctl.audio.source import load_audio
 
@@ -266,7 +267,10 @@ class TalkSession:
                 clips.append((clip, spec.at_s))
             self.input = FileInput(clips, settings.input_rate, c.block_ms)
         else:
-            self.input = MicInput(c.input_device, settings.input_rate, c.block_ms)
+            try:
+                self.input = MicInput(c.input_device, settings.input_rate, c.block_ms)
+            except MissingDependency as exc:
+                raise MissingDependency(f"{exc}; {WITHOUT_MICROPHONE}") from None
 
     async def _open_connection(self, url: str) -> DuplexConnection:
         c = self.config
@@ -990,6 +994,7 @@ class TalkSession:
             "barge_in": self.config.barge_in,
             "input": self.input.description if self.input else None,
             "output": self.output.description if self.output else None,
+            "config": self.config.settings.echo(),  # each setting used, with its origin
             "settings": redact(settings.to_session_object(), audio_keys=False)
             if settings
             else None,
@@ -1037,5 +1042,5 @@ def list_device_lines() -> list[str]:
 
     devices = list_devices()
     if not devices:
-        return ["no audio devices found (is a sound server running?)"]
+        return [f"no audio devices found (no sound server, no sound card); {WITHOUT_SPEAKER}"]
     return ["  < default input, > default output", *(d.describe() for d in devices)]
