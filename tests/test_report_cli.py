@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from duplexctl.cli import app
 from duplexctl.load.config import LoadConfig
-from duplexctl.load.results import recorder_of
 from duplexctl.load.run import run_load
+from duplexctl.report.load_report import tally_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = str(ROOT / "recordings" / "short_ack.wav")
@@ -50,8 +50,8 @@ def test_merge_of_two_runs_equals_their_histograms_combined(
     assert res.exit_code == 0, res.output
     merged = json.loads(res.stdout)
     ra, rb = (json.loads((d / "report.json").read_text()) for d in (a, b))
-    expected = recorder_of(ra).headline().merge(recorder_of(rb).headline())
-    assert recorder_of(merged).headline() == expected  # bucket for bucket, every metric
+    expected = tally_of(ra).headline().merge(tally_of(rb).headline())
+    assert tally_of(merged).headline() == expected  # bucket for bucket, every metric
     for name in ("ttfa_ms", "send_lag_ms", "connect_ms"):
         assert merged["figures"][name]["n"] == expected[name].count
         assert merged["figures"][name]["p99"] == expected[name].percentile(99)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from duplexctl.load.results import HEADLINE_METRICS
 from duplexctl.report.histogram import HistogramSet
+from duplexctl.report.load_report import HEADLINE_METRICS
 from duplexctl.report.slo import Slo, all_passed, evaluate, parse_slo, parse_slos
 
 VALID = [

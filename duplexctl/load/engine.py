@@ -291,7 +291,7 @@ def make_recorder(
     config: LoadConfig, *, origin: float, worker: int = 0, out_dir: Path | None = None
 ) -> Recorder:
     """The recorder of one process, with the run's slices and phase windows."""
-    from duplexctl.load.slices import Windows
+    from duplexctl.report.slices import Windows
 
     ramp_end = Ramp.parse(config.ramp).duration if config.ramp else 0.0
     return Recorder(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from duplexctl.client.connection import (
     AdmissionRejected,
@@ -33,10 +33,10 @@ from duplexctl.client.connection import (
 from duplexctl.load.capacity import CapacitySearch
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.engine import make_plan
+from duplexctl.load.interrupts import Interrupts
+from duplexctl.load.step import run_step
+from duplexctl.report.load_report import tally_of
 from duplexctl.report.slo import evaluate, parse_slos
-
-if TYPE_CHECKING:
-    from duplexctl.load.run import Interrupts
 
 POLL_S: Final = 0.025
 SLOT_RELEASE_LIMIT_S: Final = 45.0
@@ -48,9 +48,6 @@ MAX_HOLDERS: Final = 1024
 async def find_capacity(
     config: LoadConfig, url: str, embedded: dict[str, Any] | None, irq: Interrupts
 ) -> dict[str, Any]:
-    from duplexctl.load.results import recorder_of
-    from duplexctl.load.run import run_step
-
     open_loop = config.rate is not None
     unit = "sessions/s" if open_loop else "sessions"
     search = CapacitySearch(start=config.capacity_start, max_level=config.max_level)
@@ -73,7 +70,7 @@ async def find_capacity(
         )
         if irq.interrupted:
             break
-        headline = recorder_of(report).headline()
+        headline = tally_of(report).headline()
         results = evaluate(slos, headline, report["scalars"])
         rejected = report["admission"]["by_kind"].get("rejected_capacity", 0)
         reasons = []
@@ -115,7 +112,7 @@ async def find_capacity(
     report = dict(base)
     if best is not None:
         report["slo"] = [
-            r.to_dict() for r in evaluate(slos, recorder_of(base).headline(), base["scalars"])
+            r.to_dict() for r in evaluate(slos, tally_of(base).headline(), base["scalars"])
         ]
     first_fail = reports.get(result.first_fail) if result.first_fail is not None else None
     report["capacity_search"] = {

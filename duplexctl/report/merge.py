@@ -4,7 +4,7 @@ A load run's report.json carries the recorder it was built from (HDR histograms 
 slice and phase window, counts, admission intervals). Merging several runs — worker
 processes, or load generators on several hosts driving one server at the same time — adds
 those recorders bucket for bucket and rebuilds the report with the very function the load
-command used (:func:`duplexctl.load.results.build_report`), so the merged p99 is the p99 of
+command used (:func:`duplexctl.report.load_report.build_report`), so the merged p99 is the p99 of
 all the samples, not an average of p99s. Slices are aligned by time since each run's start,
 and session intervals likewise: runs meant to be merged should start together.
 
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from duplexctl.errors import BadInput, CheckFailed
+from duplexctl.report.load_report import build_report, render_final, tally_of, write_outputs
 
 
 def load_result(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -39,14 +40,12 @@ def load_result(path: str | Path) -> tuple[Path, dict[str, Any]]:
 
 def merge_reports(docs: Sequence[dict[str, Any]], *, sources: Sequence[str] = ()) -> dict[str, Any]:
     """One report from several, exactly (see the module docstring)."""
-    from duplexctl.load.results import build_report, recorder_of
-
     if not docs:
         raise BadInput("nothing to merge")
     first = docs[0]
     if len(docs) == 1:
         return dict(first)
-    merged = recorder_of(first)
+    merged = tally_of(first)
     for src, doc in zip(sources or [""] * len(docs), docs, strict=False):
         if doc is first:
             continue
@@ -81,7 +80,6 @@ def rerender(
     slos: Sequence[str] = (),
 ) -> int:
     """The ``report`` command: load, merge, judge, write, plot, print; returns the exit code."""
-    from duplexctl.load.results import recorder_of, render_final, write_outputs
     from duplexctl.report.slo import all_passed, evaluate, parse_slos
 
     loaded = [load_result(r) for r in results]
@@ -94,7 +92,7 @@ def rerender(
             parsed = parse_slos(exprs)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
-        verdicts = evaluate(parsed, recorder_of(report).headline(), report["scalars"])
+        verdicts = evaluate(parsed, tally_of(report).headline(), report["scalars"])
         report["slo"] = [v.to_dict() for v in verdicts]
         code = 0 if all_passed(verdicts) else CheckFailed.exit_code
     if out is not None:

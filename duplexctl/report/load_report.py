@@ -1,9 +1,11 @@
-"""A load run's report: built from a (merged) recorder, written, rendered, judged.
+"""A load run's report: built from a (merged) tally, written, rendered, judged.
 
-The report is built by one function, :func:`build_report`, from the recorder's exact
-content; ``duplexctl report`` rebuilds it the same way after merging saved runs, so a merged
-report is exactly the report one run of the combined load would have written. It carries
-its own inputs (``recorder``: encoded histograms, counts, session intervals) for that.
+The report is built by one function, :func:`build_report`, from the run's
+:class:`~duplexctl.report.tally.RunTally`; ``duplexctl report`` rebuilds it the same way
+after merging saved runs, so a merged report is exactly the report one run of the combined
+load would have written. It carries its own inputs (``recorder``: encoded histograms, counts,
+session intervals) for that. Both ``load`` and ``report`` import this module; it imports
+neither (docs/architecture.md: imports run downward).
 
 Validity (metrics.md): a run whose send lag p99 exceeds one chunk period paced its audio
 late, so the server heard a slower user than scripted; such a run is marked
@@ -21,8 +23,8 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from duplexctl import __version__
-from duplexctl.load.recorder import Recorder
-from duplexctl.report.summary import format_percentiles, format_value, histogram_table
+from duplexctl.report.summary import format_value, histogram_table
+from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import ORIGINS
 
 KIND: Final = "duplexctl.load"
@@ -78,7 +80,7 @@ def _rate(num: float, den: float) -> float | None:
 
 
 def build_report(
-    recorder: Recorder,
+    tally: RunTally,
     *,
     config: Mapping[str, Any],
     workers: list[dict[str, Any]],
@@ -92,29 +94,29 @@ def build_report(
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report.json document (see the module docstring)."""
-    headline = recorder.headline()
-    adm, counts, outcomes = recorder.admissions, recorder.counts, recorder.outcomes
+    headline = tally.headline()
+    adm, counts, outcomes = tally.admissions, tally.counts, tally.outcomes
     attempts = sum(adm.values())
     turns = counts["turns"]
-    limits = recorder.advertised_limits
+    limits = tally.advertised_limits
     advertised = max(limits, key=lambda k: limits[k]) if limits else None
     send_lag = headline.get("send_lag_ms")
     lag_p99 = send_lag.percentile(99) if send_lag is not None and send_lag.count else None
     loop_lag = headline.get("loop_lag_ms")
     cpu = sum(w.get("cpu_percent", 0.0) for w in workers)
     invalid = lag_p99 is not None and lag_p99 > chunk_ms
-    audio_s = sum(sl.audio_s for sl in recorder.slicer.slices())
+    audio_s = sum(sl.audio_s for sl in tally.slicer.slices())
     scalars: dict[str, float | None] = {
         "rejection_rate": _rate(adm["rejected_capacity"], attempts),
         "error_rate": _rate(outcomes["failed"], turns),
         "timeout_rate": _rate(outcomes["no_response"], turns),
         "early_start_rate": _rate(counts["early_start"], turns),
         "barge_in_success_rate": _rate(counts["interruptions_cancelled"], counts["interruptions"]),
-        "observed_capacity": float(recorder.observed_capacity()),
+        "observed_capacity": float(tally.observed_capacity()),
         "advertised_limit": None if advertised is None else float(advertised),
         "audio_throughput": audio_s / wall_s if wall_s > 0 else None,
         "underruns": float(counts["underruns"]),
-        "violations": float(sum(recorder.violations.values())),
+        "violations": float(sum(tally.violations.values())),
         "seq_gaps": float(counts["seq_gaps"]),
         "client_cpu_percent": cpu,
     }
@@ -137,10 +139,10 @@ def build_report(
         "admission": {
             "attempts": attempts,
             "by_kind": dict(adm),
-            "by_code": dict(recorder.codes),
+            "by_code": dict(tally.codes),
             "advertised_limit": advertised,
             "advertised_limits_seen": {str(k): v for k, v in limits.items()},
-            "observed_capacity": recorder.observed_capacity(),
+            "observed_capacity": tally.observed_capacity(),
             "rejection_rate": scalars["rejection_rate"],
         },
         "sessions": {
@@ -158,19 +160,19 @@ def build_report(
             "underruns": counts["underruns"],
         },
         "interruptions": {
-            "behaviours": dict(recorder.behaviours),
+            "behaviours": dict(tally.behaviours),
             "attempted": counts["interruptions"],
             "cancelled": counts["interruptions_cancelled"],
             "answer_ended_first": counts["unanswered_interruptions"],
             "barge_in_success_rate": scalars["barge_in_success_rate"],
         },
         "resume": {
-            "outcomes": dict(recorder.resume_outcomes),
+            "outcomes": dict(tally.resume_outcomes),
             "seq_gaps": counts["seq_gaps"],
             "duplicates_dropped": counts["duplicates_dropped"],
         },
-        "errors": dict(recorder.errors),
-        "violations": dict(recorder.violations),
+        "errors": dict(tally.errors),
+        "violations": dict(tally.violations),
         "validity": {
             "chunk_ms": chunk_ms,
             "send_lag_p99_ms": lag_p99,
@@ -185,9 +187,9 @@ def build_report(
         },
         "scalars": scalars,
         "figures": figures,
-        "slices": [sl.to_dict() for sl in recorder.slicer.slices()],
+        "slices": [sl.to_dict() for sl in tally.slicer.slices()],
         "workers": workers,
-        "recorder": recorder.encode(),
+        "recorder": tally.encode(),
     }
     if extra:
         report.update(extra)
@@ -201,14 +203,9 @@ def _order(name: str) -> int:
         return len(HEADLINE_METRICS)
 
 
-def recorder_of(report: Mapping[str, Any]) -> Recorder:
-    """The exact recorder a saved report was built from."""
-    data = report["recorder"]
-    from duplexctl.load.slices import TimeSlicer
-
-    slicer = TimeSlicer.decode(data["slicer"])
-    rec = Recorder(origin=float(data["origin"]), slice_s=slicer.slice_s, windows=slicer.windows)
-    return rec.merge_encoded(data)
+def tally_of(report: Mapping[str, Any]) -> RunTally:
+    """The exact tally a saved report was built from."""
+    return RunTally.decode(report["recorder"])
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -376,7 +373,7 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
         from rich.console import Console
 
         console = Console(file=stream)
-        hs = recorder_of(report).headline()
+        hs = tally_of(report).headline()
         console.print(
             histogram_table(
                 hs, metrics=list(report["figures"]), title="load: figures after warm-up"
@@ -393,14 +390,3 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
 def _pct_line(f: Mapping[str, Any]) -> str:
     p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")
     return f"p50 {format_value(f['p50'])} · p95 {format_value(f['p95'])} · p99 {p99} · max {format_value(f['max'])} (n={f['n']})"
-
-
-__all__ = [
-    "build_report",
-    "format_percentiles",
-    "merge_jsonl",
-    "recorder_of",
-    "render_final",
-    "summary_lines",
-    "write_outputs",
-]
