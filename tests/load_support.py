@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = str(ROOT / "recordings" / "short_ack.wav")
@@ -182,3 +183,31 @@ def children_of(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(entry))
     return found
+
+
+def lifeline_child(lifeline: Any, marker: str) -> None:
+    """A worker that only holds a lifeline (portable detector only) and records why it ended."""
+    lifeline.arm(death_signal=False)
+
+    def lost() -> None:
+        Path(marker).write_text(lifeline.reason)
+
+    lifeline.on_lost(lost)
+    Path(marker + ".armed").write_text(str(os.getpid()))
+    time.sleep(120)  # ended by the lifeline's grace-period exit, not by this sleep
+
+
+LIFELINE_PARENT = """
+import multiprocessing as mp, sys, time
+sys.path.insert(0, sys.argv[2])
+from load_support import lifeline_child
+from duplexctl.load.lifeline import Lifeline
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    lifeline, keep = Lifeline.to_parent(ctx)
+    child = ctx.Process(target=lifeline_child, args=(lifeline, sys.argv[1]))
+    child.start()
+    lifeline.pipe.close()
+    time.sleep(120)  # SIGKILLed by the test long before
+"""

@@ -6,6 +6,10 @@ system-wide on Linux, so their time slices line up) and merges their recorders e
 histogram buckets are added, counts summed, session intervals pooled for the exact
 ``observed_capacity`` sweep, JSONL parts concatenated. Workers send ``ready``, ``live``
 snapshots and ``done`` (or ``error``) on one queue; the parent forwards Ctrl-C to them.
+
+Workers die with their parent: each holds a :class:`~duplexctl.load.lifeline.Lifeline`, and
+when the parent dies for any reason (SIGKILL included) it closes its sessions with
+``session.close`` and exits within a few seconds, reporting nothing (nobody is listening).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import os
 import queue
 import signal
 import time
@@ -24,6 +29,7 @@ from duplexctl.load.config import LoadConfig
 from duplexctl.load.dashboard import Dashboard, combine
 from duplexctl.load.engine import Plan, drive, make_plan, make_recorder
 from duplexctl.load.interrupts import Interrupts
+from duplexctl.load.lifeline import EXIT_PARENT_GONE, Lifeline
 from duplexctl.load.recorder import Recorder
 from duplexctl.report.load_report import merge_jsonl
 
@@ -37,6 +43,23 @@ async def in_workers(
     """Run ``config`` in ``config.workers`` processes; their recorders merged exactly."""
     ctx = mp.get_context("spawn")
     messages: Any = ctx.Queue()
+    lifeline, keep = Lifeline.to_parent(ctx)
+    try:
+        return await _run_workers(config, url, irq, out, dash, ctx, lifeline, messages)
+    finally:
+        keep.close()  # workers still running (given up on) see the lifeline break and stop
+
+
+async def _run_workers(
+    config: LoadConfig,
+    url: str,
+    irq: Interrupts,
+    out: Path | None,
+    dash: Dashboard,
+    ctx: Any,
+    lifeline: Lifeline,
+    messages: Any,
+) -> tuple[Recorder, list[dict[str, Any]]]:
     go = ctx.Event()
     origin_value: Any = ctx.Value("d", 0.0)
     n = config.workers
@@ -45,13 +68,14 @@ async def in_workers(
         share = config.share(i, n)
         proc = ctx.Process(
             target=worker_main,
-            args=(share, i, url, str(out) if out else None, messages, go, origin_value),
+            args=(share, i, url, str(out) if out else None, messages, go, origin_value, lifeline),
             name=f"duplexctl-load-{i}",
             daemon=True,
         )
         proc.start()
         procs.append(proc)
         irq.children.append(proc.pid)  # type: ignore[arg-type]
+    lifeline.pipe.close()  # the workers hold their copies; this process keeps the other end
     loop = asyncio.get_running_loop()
 
     async def get(timeout: float) -> Any:
@@ -128,8 +152,10 @@ def worker_main(
     messages: Any,
     go: Any,
     origin_value: Any,
+    lifeline: Lifeline,
 ) -> None:
     """Entry point of a worker process: its share of the run, reported on ``messages``."""
+    lifeline.arm()
     try:
         plan = make_plan(config)
     except Exception as exc:
@@ -147,10 +173,16 @@ def worker_main(
 
             runner = uvloop.run
     try:
-        encoded, info = runner(_worker_async(config, index, url, out, messages, origin, plan))
+        encoded, info = runner(
+            _worker_async(config, index, url, out, messages, origin, plan, lifeline)
+        )
     except Exception as exc:
+        if lifeline.lost:
+            os._exit(EXIT_PARENT_GONE)
         messages.put(("error", index, f"{type(exc).__name__}: {exc}"))
         return
+    if lifeline.lost:  # sessions closed; nobody to report to (and a dead pipe to block on)
+        os._exit(EXIT_PARENT_GONE)
     messages.put(("done", index, encoded, info))
 
 
@@ -162,10 +194,15 @@ async def _worker_async(
     messages: Any,
     origin: float,
     plan: Plan,
+    lifeline: Lifeline,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    # the parent died (SIGTERM is its death signal, or the lifeline's watcher saw it): the
+    # run stops like at its end: arrivals stop, every session closes with session.close
+    lifeline.on_lost(lambda: loop.call_soon_threadsafe(stop.set))
+    loop.add_signal_handler(signal.SIGTERM, lifeline.lose)
     await asyncio.sleep(max(0.0, origin - time.monotonic()))
     rec = make_recorder(config, origin=origin, worker=index, out_dir=Path(out) if out else None)
     task = asyncio.create_task(
@@ -175,7 +212,8 @@ async def _worker_async(
     async def report_live() -> None:
         while True:
             await asyncio.sleep(config.status_interval_s)
-            messages.put(("live", index, rec.live()))
+            if not lifeline.lost:
+                messages.put(("live", index, rec.live()))
 
     live = asyncio.create_task(report_live())
     try:
