@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -133,27 +134,52 @@ def plain_http_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def drop_after_upgrade_server() -> Iterator[str]:
-    """A websocket server that completes the upgrade, then drops the TCP connection."""
-    from websockets.asyncio.server import ServerConnection
+def background_ws_server(handler: Any, scheme: str = "ws", **options: Any) -> Iterator[str]:
+    """A websockets server on loopback, served by its own event loop in a thread."""
     from websockets.asyncio.server import serve as ws_serve
 
-    async def handler(conn: ServerConnection) -> None:
-        conn.transport.abort()  # no close frame: the client sees the TCP connection go
+    async def start() -> Any:
+        return await ws_serve(handler, "127.0.0.1", 0, **options)
 
     loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(ws_serve(handler, "127.0.0.1", 0))
+    server = loop.run_until_complete(start())
     port = next(iter(server.sockets)).getsockname()[1]
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        yield f"ws://127.0.0.1:{port}/v1/realtime?duplex=1"
+        yield f"{scheme}://127.0.0.1:{port}/v1/realtime?duplex=1"
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         server.close()
         loop.run_until_complete(server.wait_closed())
         loop.close()
+
+
+async def _abort_after_upgrade(conn: Any) -> None:
+    conn.transport.abort()  # no close frame: the client sees the TCP connection go
+
+
+def drop_after_upgrade_server() -> contextlib.AbstractContextManager[str]:
+    """A websocket server that completes the upgrade, then drops the TCP connection."""
+    return background_ws_server(_abort_after_upgrade)
+
+
+async def _hold(conn: Any) -> None:
+    await conn.wait_closed()
+
+
+def self_signed_tls_server(directory: Path) -> contextlib.AbstractContextManager[str]:
+    """A TLS websocket server on loopback whose certificate nobody trusts (self-signed)."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return background_ws_server(_hold, "wss", ssl=context)
 
 
 def pids_alive(pids: list[int]) -> list[int]:

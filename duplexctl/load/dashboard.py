@@ -35,6 +35,7 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "failed": 0,
         "turns": 0,
         "errors": {},
+        "causes": {},
         "ttfa_window": [],
     }
     # per worker an array (one value per append in the window): joined once, not copied
@@ -51,14 +52,22 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "turns",
         ):
             out[key] += snap.get(key, 0)
-        for code, n in snap.get("errors", {}).items():
-            out["errors"][code] = out["errors"].get(code, 0) + n
+        for key in ("errors", "causes"):
+            for code, n in snap.get(key, {}).items():
+                out[key][code] = out[key].get(code, 0) + n
         out["ttfa_window"].extend(snap.get("ttfa_window", []))
         window = snap.get("send_lag_window", [])
         if len(window):
             lags.append(np.asarray(window, dtype=float))
     out["send_lag_window"] = np.concatenate(lags) if lags else []
     return out
+
+
+def _failed(snap: Mapping[str, Any]) -> str:
+    """Failed attempts with their causes, e.g. ``3 (refused 3)``."""
+    causes = {c: n for c, n in snap.get("causes", {}).items() if c != "rejected_capacity"}
+    detail = ", ".join(f"{c} {n}" for c, n in sorted(causes.items()))
+    return f"{snap.get('failed', 0)}" + (f" ({detail})" if detail else "")
 
 
 class Dashboard:
@@ -117,7 +126,7 @@ class Dashboard:
         return (
             f"[{elapsed:6.1f}s] active {snap.get('active', 0)} (admitted {snap.get('admitted_now', 0)}) · "
             f"attempts {snap.get('attempts', 0)} admitted {snap.get('admitted', 0)} "
-            f"rejected {snap.get('rejected', 0)} failed {snap.get('failed', 0)} · "
+            f"rejected {snap.get('rejected', 0)} failed {_failed(snap)} · "
             f"turns {turns} ({rate:.1f}/s) · ttfa p50 {format_value(p50)} p95 "
             f"{format_value(p95)} p99 {format_value(p99)} ms · send lag p99 "
             f"{format_value(lag99)} ms" + (f" · errors: {errors}" if errors else "")
@@ -154,7 +163,7 @@ class Dashboard:
         table.add_row(
             "admission",
             f"admitted {snap.get('admitted', 0)} · rejected {snap.get('rejected', 0)} · "
-            f"failed {snap.get('failed', 0)}",
+            f"failed {_failed(snap)}",
         )
         table.add_row("turns", f"{turns} · {rate:.1f}/s")
         table.add_row(

@@ -100,6 +100,9 @@ class Recorder(RunTally, Sink):
         self._slicer.add_admission(t, record.admission)
         if record.admission != "admitted":
             self.codes[f"{record.admission}:{_cap(record.code)}"] += 1
+            cause = record.cause or record.admission
+            self.causes[cause] += 1
+            self.cause_examples.setdefault(cause, record.end_reason)
         if record.advertised_limit is not None:
             self.advertised_limits[record.advertised_limit] += 1
         self._slicer.add_figure(t, "connect_ms", record.connect_ms)
@@ -223,6 +226,7 @@ class Recorder(RunTally, Sink):
             "failed": sum(
                 v for k, v in self.admissions.items() if k not in ("admitted", "rejected_capacity")
             ),
+            "causes": dict(self.causes),
             "turns": self.counts["turns"],
             "errors": dict(self.errors),
             "ttfa_window": [v for _t, v in self._live_ttfa],

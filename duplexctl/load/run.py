@@ -8,9 +8,11 @@
 * **Ctrl-C.** The first SIGINT stops arrivals and closes every session with
   ``session.close`` (workers receive it too); the partial report is written and the command
   exits 130.
-* **Verdict.** ``--slo`` expressions are checked at the end (k6 thresholds): any failure
-  exits 1. ``invalid_pacing`` is reported, not fatal: the run says its latencies are not to
-  be trusted.
+* **Verdict.** A run in which no session was ever admitted exits 3 (the server could not be
+  reached or refused every session; one line says why, by cause). Otherwise ``--slo``
+  expressions are checked at the end (k6 thresholds): any failure exits 1.
+  ``invalid_pacing`` is reported, not fatal: the run says its latencies are not to be
+  trusted.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from duplexctl.errors import BadInput
+from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.dashboard import Dashboard
 from duplexctl.load.engine import make_plan
@@ -96,10 +98,26 @@ async def _main(config: LoadConfig) -> RunResult:
     return finish(config, report, irq.interrupted, out)
 
 
+def never_admitted(report: dict[str, Any]) -> str | None:
+    """One line saying why no session was ever admitted, or None if one was."""
+    cap = report.get("capacity_search")
+    steps = cap["steps"] if cap else [report["admission"]]
+    if any(step.get("admitted", step.get("by_kind", {}).get("admitted", 0)) for step in steps):
+        return None
+    a = report["admission"]
+    if not a["attempts"]:
+        return "no session was admitted: none was attempted"
+    causes = ", ".join(f"{c} {n}" for c, n in sorted(a["causes"].items(), key=lambda kv: -kv[1]))
+    first = next(iter(a["cause_examples"].values()), "")
+    return f"no session was admitted: {a['attempts']} attempts ({causes})" + (
+        f"; {first}" if first else ""
+    )
+
+
 def finish(
     config: LoadConfig, report: dict[str, Any], interrupted: bool, out: Path | None
 ) -> RunResult:
-    """Judge the SLOs, write the files, print; exit code 130 / 1 / 0."""
+    """Judge the SLOs, write the files, print; exit code 130 / 3 / 1 / 0."""
     from duplexctl.report.slo import all_passed, evaluate, parse_slos
 
     slos = parse_slos(config.slos)
@@ -122,6 +140,10 @@ def finish(
         )
         if out is not None:
             print(f"report written to {out}/report.json")
+    unreached = None if interrupted else never_admitted(report)
+    if unreached is not None:
+        print(f"duplexctl: error: {unreached}", file=sys.stderr)
+        code = ServerUnreachable.exit_code
     if interrupted:
         code = 130
     return RunResult(report, code)

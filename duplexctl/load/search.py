@@ -2,9 +2,9 @@
 
 Capacity search. Each step is a complete, timed load run (``--step-duration``) at one
 offered level — concurrent sessions (closed loop) or sessions/s (``--rate`` given: open
-loop) — judged by the run's own criteria: no capacity rejections, every ``--slo`` held, and
-the client's own pacing valid (a step the client could not pace says nothing about the
-server, so it fails as ``invalid_pacing``). :class:`~duplexctl.load.capacity.CapacitySearch`
+loop) — judged by the run's own criteria: no capacity rejections, no failed attempts
+(refused, timed out …), every ``--slo`` held, and the client's own pacing valid (a step the
+client could not pace says nothing about the server, so it fails as ``invalid_pacing``). :class:`~duplexctl.load.capacity.CapacitySearch`
 proposes the levels: up geometrically until the first failure, then bisection. The report
 says the largest level that met everything, where capacity rejections began, and how the
 first failing step failed (its reason, admission codes and ttfa).
@@ -83,6 +83,14 @@ async def find_capacity(
             reasons.append(f"{rejected} capacity rejections ({codes})")
             if rejections_began is None or level < rejections_began:
                 rejections_began = level
+        failed = report["admission"]["failed"]
+        if failed:
+            causes = ", ".join(
+                f"{c} {n}"
+                for c, n in report["admission"]["causes"].items()
+                if c != "rejected_capacity"
+            )
+            reasons.append(f"{failed} failed attempts ({causes})")
         reasons.extend(f"SLO failed: {r.describe()}" for r in results if not r.passed)
         if report["validity"]["invalid_pacing"]:
             reasons.append("invalid_pacing (client could not keep real time)")
@@ -96,6 +104,7 @@ async def find_capacity(
                 "reason": "; ".join(reasons),
                 "ttfa_p95": ttfa.get("p95"),
                 "ttfa_n": ttfa.get("n"),
+                "admitted": report["admission"]["by_kind"].get("admitted", 0),
                 "rejection_rate": report["admission"]["rejection_rate"],
                 "observed_capacity": report["admission"]["observed_capacity"],
                 "admission": report["admission"]["by_code"],
@@ -131,7 +140,12 @@ async def find_capacity(
         },
         "steps": steps,
         "step_duration_s": config.step_duration_s,
-        "criteria": [*list(config.slos), "no capacity rejections", "valid pacing"],
+        "criteria": [
+            *list(config.slos),
+            "no capacity rejections",
+            "no failed attempts",
+            "valid pacing",
+        ],
     }
     return report
 

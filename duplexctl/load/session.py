@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.client.connection import DuplexConnection, OpenFailed
+from duplexctl.load.causes import attempt_cause
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
 from duplexctl.report.turns import TurnRecord, TurnTimes
@@ -63,6 +64,7 @@ class SessionRecord:
     admission: str = (
         "pending"  # admitted | rejected_capacity | rejected_other | transport_error | timeout
     )
+    cause: str | None = None  # why it was not admitted (load.causes), None when admitted
     code: str | None = None
     advertised_limit: int | None = None
     session_id: str | None = None
@@ -211,22 +213,36 @@ class LoadSession:
                 resume_attempts=RESUME_ATTEMPTS,
             ),
         )
+        crash: Exception | None = None
         try:
             await runner.drive(self.stop)
         except OpenFailed as exc:
-            rec.admission = exc.admission
-            rec.code = exc.error.code if exc.error is not None else None
-            rec.advertised_limit = exc.error.advertised_limit if exc.error is not None else None
-            rec.connect_ms = exc.connect_ms
-            rec.time_to_reject_ms = exc.time_to_reject_ms
-            rec.end_reason = str(exc)
-            rec.t_end = time.monotonic()
-            self.sink.session_finished(rec)
+            self._not_admitted(exc)
             return rec
+        except Exception as exc:  # a server must not crash the load: counted, never raised
+            if runner.conn is None:
+                self._not_admitted(exc)
+                return rec
+            crash = exc
         finally:
             if runner.conn is not None:  # admitted: closed by the runner whatever happened
-                self._closed(runner, begins)
+                self._closed(runner, begins, crash)
         return rec
+
+    def _not_admitted(self, exc: Exception) -> None:
+        """The attempt failed before ``session.created``: its admission and cause."""
+        rec = self.record
+        error = getattr(exc, "error", None)
+        rec.admission = getattr(exc, "admission", None) or "transport_error"
+        rec.cause = attempt_cause(exc)
+        rec.code = error.code if error is not None else None
+        rec.advertised_limit = error.advertised_limit if error is not None else None
+        rec.connect_ms = getattr(exc, "connect_ms", None)
+        rec.time_to_reject_ms = getattr(exc, "time_to_reject_ms", None)
+        # the client's own exceptions say what happened; anything else is named by its type
+        rec.end_reason = str(exc) if isinstance(exc, OpenFailed) else f"{type(exc).__name__}: {exc}"
+        rec.t_end = time.monotonic()
+        self.sink.session_finished(rec)
 
     def _admitted(self, conn: DuplexConnection) -> None:
         rec, t = self.record, conn.timings
@@ -236,7 +252,9 @@ class LoadSession:
         rec.t_created = (t.t_created_ns or time.monotonic_ns()) / NS
         self.sink.session_admitted(rec, conn.session.capabilities)
 
-    def _closed(self, runner: Replay, begins: list[str | None]) -> None:
+    def _closed(
+        self, runner: Replay, begins: list[str | None], crash: Exception | None = None
+    ) -> None:
         rec, conn = self.record, runner.conn
         assert conn is not None
         t = conn.timings
@@ -261,7 +279,10 @@ class LoadSession:
         rec.turns = len(runner.turns)
         rec.turns_cut = runner.unreported_turns
         rec.unanswered_interruptions = runner.unanswered_interruptions
-        if runner.completed:
+        if crash is not None:
+            rec.errors["client_exception"] = rec.errors.get("client_exception", 0) + 1
+            rec.end_reason = f"client exception: {type(crash).__name__}: {crash}"
+        elif runner.completed:
             rec.end_reason = "script_done"
         elif runner.interrupted and self.stop.is_set():
             rec.end_reason = "stopped"

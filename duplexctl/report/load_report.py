@@ -7,6 +7,13 @@ load would have written. It carries its own inputs (``recorder``: encoded histog
 session intervals) for that. Both ``load`` and ``report`` import this module; it imports
 neither (docs/architecture.md: imports run downward).
 
+Admission rates (docs/metrics.md "Session and admission"): every attempt ends admitted,
+rejected for capacity, or failed (refused, TLS, an HTTP status, closed after the upgrade, a
+timeout, another rejection: its ``cause``). ``rejection_rate`` is every attempt not admitted
+over attempts — a failed attempt is a user who got no session, so a server nobody could
+reach reads 100 %, never 0 % — and splits into ``capacity_rejection_rate`` (the server was
+full) and ``failure_rate`` (everything else).
+
 Validity (metrics.md): a run whose send lag p99 exceeds one chunk period paced its audio
 late, so the server heard a slower user than scripted; such a run is marked
 ``invalid_pacing`` and its latency figures are not to be trusted.
@@ -97,6 +104,8 @@ def build_report(
     headline = tally.headline()
     adm, counts, outcomes = tally.admissions, tally.counts, tally.outcomes
     attempts = sum(adm.values())
+    not_admitted = attempts - adm["admitted"]
+    failed = not_admitted - adm["rejected_capacity"]
     turns = counts["turns"]
     limits = tally.advertised_limits
     advertised = max(limits, key=lambda k: limits[k]) if limits else None
@@ -107,7 +116,9 @@ def build_report(
     invalid = lag_p99 is not None and lag_p99 > chunk_ms
     audio_s = sum(sl.audio_s for sl in tally.slicer.slices())
     scalars: dict[str, float | None] = {
-        "rejection_rate": _rate(adm["rejected_capacity"], attempts),
+        "rejection_rate": _rate(not_admitted, attempts),
+        "capacity_rejection_rate": _rate(adm["rejected_capacity"], attempts),
+        "failure_rate": _rate(failed, attempts),
         "error_rate": _rate(outcomes["failed"], turns),
         "timeout_rate": _rate(outcomes["no_response"], turns),
         "early_start_rate": _rate(counts["early_start"], turns),
@@ -140,10 +151,16 @@ def build_report(
             "attempts": attempts,
             "by_kind": dict(adm),
             "by_code": dict(tally.codes),
+            "not_admitted": not_admitted,
+            "failed": failed,
+            "causes": dict(tally.causes),
+            "cause_examples": dict(tally.cause_examples),
             "advertised_limit": advertised,
             "advertised_limits_seen": {str(k): v for k, v in limits.items()},
             "observed_capacity": tally.observed_capacity(),
             "rejection_rate": scalars["rejection_rate"],
+            "capacity_rejection_rate": scalars["capacity_rejection_rate"],
+            "failure_rate": scalars["failure_rate"],
         },
         "sessions": {
             "admitted": counts["sessions_admitted"],
@@ -292,12 +309,9 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         f"sessions: {a['attempts']} attempts ({by_kind}); observed capacity "
         f"{a['observed_capacity']}; advertised limit {a['advertised_limit'] if a['advertised_limit'] is not None else '–'}"
     )
-    if a["by_code"]:
-        lines.append("rejections: " + ", ".join(f"{k} {n}" for k, n in a["by_code"].items()))
-    rr = a["rejection_rate"]
+    lines.extend(admission_lines(a))
     lines.append(
-        f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'}); "
-        f"rejection rate {format_value(rr * 100 if rr is not None else None)}%"
+        f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'})"
     )
     figs = report["figures"]
     for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms", "resume_ms"):
@@ -341,6 +355,29 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"SLO {verdict} {res['expr']}: {actual}" + (f" (n={res['n']})" if res.get("n") else "")
         )
+    return lines
+
+
+def _percent(rate: float | None) -> str:
+    return f"{format_value(rate * 100 if rate is not None else None)}%"
+
+
+def admission_lines(a: Mapping[str, Any]) -> list[str]:
+    """Why attempts were not admitted (each cause with one message) and the three rates."""
+    lines = []
+    causes = a.get("causes") or {}
+    if a.get("not_admitted"):
+        counted = ", ".join(f"{c} {n}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1]))
+        lines.append(f"not admitted: {a['not_admitted']} of {a['attempts']} attempts: {counted}")
+        for cause, example in sorted((a.get("cause_examples") or {}).items()):
+            lines.append(f"  {cause}: {example}")
+    coded = {k: n for k, n in a["by_code"].items() if not k.endswith(":-")}
+    if coded:
+        lines.append("rejections: " + ", ".join(f"{k} {n}" for k, n in coded.items()))
+    lines.append(
+        f"rejection rate {_percent(a['rejection_rate'])} (capacity "
+        f"{_percent(a.get('capacity_rejection_rate'))}, failed {_percent(a.get('failure_rate'))})"
+    )
     return lines
 
 

@@ -3,7 +3,7 @@
 A single whole-run p95 hides what matters under load: latency that climbs as sessions are
 added, a server that degrades after ten minutes, a burst of rejections during the ramp. So
 every record is also bucketed by time into fixed-length slices, each with its own mergeable
-histograms and counts (turns, outcomes, admissions and capacity rejections, errors, audio
+histograms and counts (turns, outcomes, admissions and rejections, errors, audio
 received). Empty slices are kept: a stretch with no finished turns is itself a finding.
 
 Independently of the slices, each record lands in one phase window: ``warmup`` (excluded from
@@ -28,6 +28,7 @@ import numpy as np
 from duplexctl.report.histogram import HistogramSet
 
 PHASES: tuple[str, ...] = ("warmup", "ramp", "steady")
+ADMITTED = "admitted"
 REJECTED_CAPACITY = "rejected_capacity"
 
 
@@ -84,11 +85,17 @@ class Slice:
 
     @property
     def rejections(self) -> int:
+        """Attempts that did not become a session, whatever the cause (capacity included)."""
+        return self.attempts - self.admissions[ADMITTED]
+
+    @property
+    def capacity_rejections(self) -> int:
         return self.admissions[REJECTED_CAPACITY]
 
     @property
     def rejection_rate(self) -> float | None:
-        """rejected_capacity / attempts (metrics.md); None when nothing was attempted."""
+        """Attempts not admitted / attempts (docs/metrics.md ``rejection_rate``: failed
+        attempts count, so a server nobody reached never reads 0 %); None without attempts."""
         attempts = self.attempts
         return self.rejections / attempts if attempts else None
 
@@ -121,6 +128,7 @@ class Slice:
             "attempts": self.attempts,
             "admissions": dict(self.admissions),
             "rejections": self.rejections,
+            "capacity_rejections": self.capacity_rejections,
             "rejection_rate": self.rejection_rate,
             "errors": self.errors,
             "audio_s": self.audio_s,

@@ -73,6 +73,8 @@ HISTOGRAM_METRICS: frozenset[str] = frozenset(
 SCALAR_METRICS: frozenset[str] = frozenset(
     {
         "rejection_rate",
+        "capacity_rejection_rate",
+        "failure_rate",
         "error_rate",
         "timeout_rate",
         "early_start_rate",

@@ -1,8 +1,8 @@
 """What a load run counted, in a form that merges exactly: :class:`RunTally`.
 
 A load run's figures are HDR histograms per time slice and phase window
-(:class:`~duplexctl.report.slices.TimeSlicer`), counts (admission outcomes by kind and
-code, turn outcomes, errors, violations, behaviours, resumes) and the session intervals the
+(:class:`~duplexctl.report.slices.TimeSlicer`), counts (admission outcomes by kind, code and
+cause, turn outcomes, errors, violations, behaviours, resumes) and the session intervals the
 exact ``observed_capacity`` sweep needs. Worker processes each keep one and the parent adds
 them (:meth:`RunTally.merge_encoded`); ``report.json`` carries the encoded tally so that
 ``duplexctl report`` rebuilds or merges saved runs from the very same numbers.
@@ -40,6 +40,9 @@ class RunTally:
         self._slicer = TimeSlicer(slice_s, origin=origin, windows=windows)
         self.admissions: Counter[str] = Counter()
         self.codes: Counter[str] = Counter()  # "<admission>:<code>"
+        #: attempts not admitted, by cause (duplexctl.load.causes), and one message for each
+        self.causes: Counter[str] = Counter()
+        self.cause_examples: dict[str, str] = {}
         self.advertised_limits: Counter[int] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -72,6 +75,8 @@ class RunTally:
             "slicer": self.slicer.encode(),
             "admissions": dict(self.admissions),
             "codes": dict(self.codes),
+            "causes": dict(self.causes),
+            "cause_examples": dict(self.cause_examples),
             "advertised_limits": {str(k): v for k, v in self.advertised_limits.items()},
             "outcomes": dict(self.outcomes),
             "errors": dict(self.errors),
@@ -94,6 +99,9 @@ class RunTally:
         self.slicer.merge(other)
         self.admissions.update(data["admissions"])
         self.codes.update(data["codes"])
+        self.causes.update(data.get("causes", {}))  # absent from reports before causes
+        for cause, example in data.get("cause_examples", {}).items():
+            self.cause_examples.setdefault(cause, example)
         self.advertised_limits.update({int(k): v for k, v in data["advertised_limits"].items()})
         self.outcomes.update(data["outcomes"])
         self.errors.update(data["errors"])

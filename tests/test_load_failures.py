@@ -1,0 +1,101 @@
+"""A load test that never connected must not report success (issue 17.1).
+
+``duplexctl load`` as a user runs it, against hostile peers on loopback: nothing listening,
+a plain HTTP server, a server that drops the TCP connection right after the upgrade, a TLS
+server with a self-signed certificate. Each run must exit 3, print every failed attempt's
+cause (summary and report.json), and fail ``--slo rejection_rate<=0.01``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from load_support import (
+    ROOT,
+    SHORT,
+    closed_port_url,
+    drop_after_upgrade_server,
+    duplexctl_cmd,
+    plain_http_server,
+    self_signed_tls_server,
+)
+
+
+@contextlib.contextmanager
+def nothing_listening(_tmp: Path) -> Iterator[str]:
+    yield closed_port_url()
+
+
+def plain_http(_tmp: Path) -> contextlib.AbstractContextManager[str]:
+    return plain_http_server()
+
+
+def drops_after_upgrade(_tmp: Path) -> contextlib.AbstractContextManager[str]:
+    return drop_after_upgrade_server()
+
+
+def untrusted_tls(tmp: Path) -> contextlib.AbstractContextManager[str]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a self-signed certificate")
+    return self_signed_tls_server(tmp)
+
+
+PEERS: list[tuple[Callable[[Path], contextlib.AbstractContextManager[str]], str]] = [
+    (nothing_listening, "refused"),
+    (plain_http, "not_websocket"),
+    (drops_after_upgrade, "closed_after_upgrade"),
+    (untrusted_tls, "tls"),
+]
+
+
+def load(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    args = ["load", SHORT, "--url", url, "--sessions", "2", "--duration", "2s", "--plain"]
+    return subprocess.run(
+        duplexctl_cmd(*args, "--slo", "rejection_rate<=0.01", "--out", str(out), *extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.parametrize(("peer", "cause"), PEERS, ids=[cause for _p, cause in PEERS])
+def test_never_admitted_exits_3_with_causes_and_fails_the_slo(
+    peer: Callable[[Path], contextlib.AbstractContextManager[str]], cause: str, tmp_path: Path
+) -> None:
+    with peer(tmp_path) as url:
+        run = load(url, tmp_path / "run", "--workers", "1")
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    error_lines = [line for line in run.stderr.splitlines() if "no session was admitted" in line]
+    assert len(error_lines) == 1 and f"({cause} " in error_lines[0]
+    assert "not admitted: " in run.stdout and f"  {cause}: " in run.stdout
+    assert "SLO FAIL rejection_rate<=0.01" in run.stdout
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    admission = report["admission"]
+    assert admission["attempts"] >= 1
+    assert admission["causes"] == {cause: admission["attempts"]}
+    assert admission["failed"] == admission["attempts"]
+    assert report["scalars"]["rejection_rate"] == 1.0
+    assert report["scalars"]["failure_rate"] == 1.0
+    assert report["scalars"]["capacity_rejection_rate"] == 0.0
+    assert [s["passed"] for s in report["slo"]] == [False]
+    sessions = (tmp_path / "run" / "sessions.jsonl").read_text().splitlines()
+    assert {json.loads(line)["cause"] for line in sessions} == {cause}
+
+
+def test_causes_from_worker_processes_are_merged(tmp_path: Path) -> None:
+    with drop_after_upgrade_server() as url:
+        run = load(url, tmp_path / "run", "--workers", "2", "--json")
+    assert run.returncode == 3, run.stderr
+    report = json.loads(run.stdout)  # --json: stdout is exactly one document
+    admission = report["admission"]
+    assert admission["causes"] == {"closed_after_upgrade": admission["attempts"]}
+    assert len(report["workers"]) == 2 and admission["attempts"] >= 2
+    assert "closed_after_upgrade" in admission["cause_examples"]
