@@ -34,6 +34,7 @@ from duplexctl.load.interrupts import Interrupts
 from duplexctl.load.search import find_capacity, measure_slot_release
 from duplexctl.load.step import run_step
 from duplexctl.report.load_report import render_final, tally_of, write_outputs
+from duplexctl.rundir import announce, prepare_run_dir
 
 
 @dataclass(slots=True)
@@ -46,14 +47,20 @@ def run_load(config: LoadConfig) -> RunResult:
     """Validate, run, write and render; the CLI turns ``exit_code`` into the exit status."""
     config.validate()
     make_plan(config)  # bad audio, scenario or session file: exit 2 before any socket
-    if config.uvloop:
-        try:
-            import uvloop
+    if config.out is not None:
+        prepare_run_dir(config.out, flag="--out", overwrite=config.overwrite, command="load")
+    try:
+        if config.uvloop:
+            try:
+                import uvloop
 
-            return uvloop.run(_main(config))
-        except ImportError:
-            pass
-    return asyncio.run(_main(config))
+                return uvloop.run(_main(config))
+            except ImportError:
+                pass
+        return asyncio.run(_main(config))
+    finally:
+        if config.out is not None:
+            announce(config.out)
 
 
 @contextlib.asynccontextmanager
@@ -138,8 +145,6 @@ def finish(
         render_final(
             report, rich_table=Dashboard.choose(json_output=False, live=config.live) == "rich"
         )
-        if out is not None:
-            print(f"report written to {out}/report.json")
     unreached = None if interrupted else never_admitted(report)
     if unreached is not None:
         print(f"duplexctl: error: {unreached}", file=sys.stderr)

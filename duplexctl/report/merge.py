@@ -21,6 +21,7 @@ from typing import Any
 
 from duplexctl.errors import BadInput, CheckFailed
 from duplexctl.report.load_report import build_report, render_final, tally_of, write_outputs
+from duplexctl.rundir import announce, prepare_run_dir
 
 
 def load_result(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -76,6 +77,7 @@ def rerender(
     *,
     out: str | None = None,
     plot: str | None = None,
+    overwrite: bool = False,
     json_output: bool = False,
     slos: Sequence[str] = (),
 ) -> int:
@@ -86,12 +88,13 @@ def rerender(
     docs = [doc for _p, doc in loaded]
     report = merge_reports(docs, sources=[str(p) for p, _d in loaded])
     exprs = list(slos) or list(report.get("config", {}).get("slos") or [])
+    try:
+        parsed = parse_slos(exprs)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    targets = _output_dirs(out, plot, [p.parent for p, _d in loaded], overwrite)
     code = 0
-    if exprs:
-        try:
-            parsed = parse_slos(exprs)
-        except ValueError as exc:
-            raise BadInput(str(exc)) from None
+    if parsed:
         verdicts = evaluate(parsed, tally_of(report).headline(), report["scalars"])
         report["slo"] = [v.to_dict() for v in verdicts]
         code = 0 if all_passed(verdicts) else CheckFailed.exit_code
@@ -100,8 +103,7 @@ def rerender(
         write_outputs(target, report)
         for name in ("turns.jsonl", "sessions.jsonl"):
             parts = [p.parent / name for p, _d in loaded if (p.parent / name).exists()]
-            if parts and all(part.resolve() != (target / name).resolve() for part in parts):
-                (target / name).unlink(missing_ok=True)
+            if parts:
                 _concat(parts, target / name)
     if plot is not None:
         from duplexctl.report.plots import draw
@@ -113,7 +115,26 @@ def rerender(
         print(json.dumps(report, default=str))
     else:
         render_final(report, rich_table=False)
+    for target in targets:
+        announce(target)
     return code
+
+
+def _output_dirs(
+    out: str | None, plot: str | None, inputs: Sequence[Path], overwrite: bool
+) -> list[Path]:
+    """``--out`` and ``--plot`` made ready by the run-directory rule (one directory when
+    both name the same); never one the inputs are read from."""
+    targets: list[Path] = []
+    for flag, path in (("--out", out), ("--plot", plot)):
+        if path is None:
+            continue
+        if any(Path(path).resolve() == t.resolve() for t in targets):
+            continue
+        if any(Path(path).resolve() == i.resolve() for i in inputs):
+            raise BadInput(f"{flag} {path}: is one of the inputs (choose another directory)")
+        targets.append(prepare_run_dir(path, flag=flag, overwrite=overwrite, command="report"))
+    return targets
 
 
 def _concat(parts: Sequence[Path], target: Path) -> None:
