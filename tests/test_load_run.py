@@ -123,6 +123,10 @@ def test_mix_interrupts_cancels_and_resumes(tmp_path: Path) -> None:
         assert set(r["resume"]["outcomes"]) == {"resumed"}
         assert r["resume"]["seq_gaps"] == 0
         assert r["figures"]["resume_ms"]["p50"] >= 500  # the scripted 500 ms wait
+    # the mix's drops are scripted, not the server's: none unplanned, every one resumed
+    drops = r["resume"]["drops"]
+    assert r["resume"]["unplanned_drops"] == 0 and r["resume"]["scripted_drops"] == drops
+    assert r["resume"]["resumes"] >= drops and r["resume"]["resume_failures"] == 0
     assert not r["violations"]
 
 

@@ -34,6 +34,7 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "rejected": 0,
         "failed": 0,
         "turns": 0,
+        "drops": 0,
         "errors": {},
         "causes": {},
         "ttfa_window": [],
@@ -50,6 +51,7 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "rejected",
             "failed",
             "turns",
+            "drops",
         ):
             out[key] += snap.get(key, 0)
         for key in ("errors", "causes"):
@@ -129,7 +131,9 @@ class Dashboard:
             f"rejected {snap.get('rejected', 0)} failed {_failed(snap)} · "
             f"turns {turns} ({rate:.1f}/s) · ttfa p50 {format_value(p50)} p95 "
             f"{format_value(p95)} p99 {format_value(p99)} ms · send lag p99 "
-            f"{format_value(lag99)} ms" + (f" · errors: {errors}" if errors else "")
+            f"{format_value(lag99)} ms"
+            + (f" · drops {snap['drops']}" if snap.get("drops") else "")
+            + (f" · errors: {errors}" if errors else "")
         )
 
     def update(self, snap: Mapping[str, Any]) -> None:
@@ -171,6 +175,7 @@ class Dashboard:
             f"p50 {format_value(p50)} · p95 {format_value(p95)} · p99 {format_value(p99)} ms",
         )
         table.add_row("send lag p99 (10 s)", f"{format_value(lag99)} ms")
+        table.add_row("connection drops", str(snap.get("drops", 0)))
         errors = snap.get("errors", {})
         table.add_row("errors", ", ".join(f"{k} {n}" for k, n in sorted(errors.items())) or "none")
         return table

@@ -118,6 +118,12 @@ class Recorder(RunTally, Sink):
             self.counts["appends"] += record.appends
             self.counts["skipped_appends"] += record.skipped_appends
             self.counts["unanswered_interruptions"] += record.unanswered_interruptions
+            self.counts["drops"] += record.drops
+            self.counts["unplanned_drops"] += record.unplanned_drops
+            self.counts["sessions_with_drops"] += int(record.drops > 0)
+            self.counts["resumes"] += record.resumes
+            self.counts["resume_failures"] += record.resume_failures
+            self.resume_outcomes.update(record.resume_outcomes)
         self.errors.update(record.errors)
         if record.errors:
             self._slicer.add_error(self._clip(record.t_end or t), sum(record.errors.values()))
@@ -185,8 +191,6 @@ class Recorder(RunTally, Sink):
         if times.barge is not None:
             self.counts["interruptions"] += 1
             self.counts["interruptions_cancelled"] += int(times.status == "cancelled")
-        for r in times.resumes:
-            self.resume_outcomes[r.outcome] += 1
         if record.figures.get("ttfa_ms") is not None:
             self._live_ttfa.append((t, float(record.figures["ttfa_ms"].value)))
         if self._turns_file is not None:
@@ -199,6 +203,12 @@ class Recorder(RunTally, Sink):
                 phase=self._slicer.phase_of(t),
             )
             self._turns_file.write(json.dumps(line) + "\n")
+
+    def resumed(self, t: float, figures: dict[str, float | None]) -> None:
+        """An unplanned drop's resume (a scripted one comes with its turn)."""
+        t = self._clip(t)
+        for name, value in figures.items():
+            self._slicer.add_figure(t, name, value)
 
     # -- extra samples -----------------------------------------------------------------------
 
@@ -228,6 +238,7 @@ class Recorder(RunTally, Sink):
             ),
             "causes": dict(self.causes),
             "turns": self.counts["turns"],
+            "drops": self.counts["drops"],
             "errors": dict(self.errors),
             "ttfa_window": [v for _t, v in self._live_ttfa],
             "send_lag_window": (

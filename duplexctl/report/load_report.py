@@ -129,6 +129,10 @@ def build_report(
         "underruns": float(counts["underruns"]),
         "violations": float(sum(tally.violations.values())),
         "seq_gaps": float(counts["seq_gaps"]),
+        "drops": float(counts["drops"]),
+        "unplanned_drops": float(counts["unplanned_drops"]),
+        "resumes": float(counts["resumes"]),
+        "resume_failures": float(counts["resume_failures"]),
         "client_cpu_percent": cpu,
     }
     figures = {
@@ -184,6 +188,12 @@ def build_report(
             "barge_in_success_rate": scalars["barge_in_success_rate"],
         },
         "resume": {
+            "drops": counts["drops"],
+            "unplanned_drops": counts["unplanned_drops"],
+            "scripted_drops": counts["drops"] - counts["unplanned_drops"],
+            "sessions_with_drops": counts["sessions_with_drops"],
+            "resumes": counts["resumes"],
+            "resume_failures": counts["resume_failures"],
             "outcomes": dict(tally.resume_outcomes),
             "seq_gaps": counts["seq_gaps"],
             "duplicates_dropped": counts["duplicates_dropped"],
@@ -313,8 +323,9 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     lines.append(
         f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'})"
     )
+    lines.append(drops_line(report))
     figs = report["figures"]
-    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms", "resume_ms"):
+    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms"):
         if name in figs and figs[name]["n"]:
             f = figs[name]
             p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")
@@ -356,6 +367,22 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             f"SLO {verdict} {res['expr']}: {actual}" + (f" (n={res['n']})" if res.get("n") else "")
         )
     return lines
+
+
+def drops_line(report: Mapping[str, Any]) -> str:
+    """Connection drops and resumes, always shown: resumes hide a broken server otherwise."""
+    r = report.get("resume", {})
+    if not r.get("drops"):
+        return "connection drops: none"
+    line = (
+        f"connection drops: {r['drops']} (unplanned {r['unplanned_drops']}, scripted "
+        f"{r['scripted_drops']}) in {r['sessions_with_drops']} sessions; resumed "
+        f"{r['resumes']}, failed {r['resume_failures']}"
+    )
+    f = report["figures"].get("resume_ms")
+    if f and f["n"]:
+        line += f"; resume_ms {_pct_line(f)}"
+    return line
 
 
 def _percent(rate: float | None) -> str:

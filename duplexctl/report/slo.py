@@ -86,6 +86,10 @@ SCALAR_METRICS: frozenset[str] = frozenset(
         "underruns",
         "violations",
         "seq_gaps",
+        "drops",
+        "unplanned_drops",
+        "resumes",
+        "resume_failures",
         "client_cpu_percent",
     }
 )
