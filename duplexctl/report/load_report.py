@@ -25,7 +25,7 @@ import csv
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -99,8 +99,14 @@ def build_report(
     interrupted: bool = False,
     end_reason: str = "",
     extra: Mapping[str, Any] | None = None,
+    runs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The report.json document (see the module docstring)."""
+    """The report.json document (see the module docstring).
+
+    ``runs`` (:func:`run_summary` of each) when ``tally`` merges separate saved runs: the
+    figures that do not add across runs come from them (:data:`MERGE_RULES`), and
+    ``wall_s`` is then the runs' seconds added up.
+    """
     headline = tally.headline()
     adm, counts, outcomes = tally.admissions, tally.counts, tally.outcomes
     attempts = sum(adm.values())
@@ -112,7 +118,12 @@ def build_report(
     send_lag = headline.get("send_lag_ms")
     lag_p99 = send_lag.percentile(99) if send_lag is not None and send_lag.count else None
     loop_lag = headline.get("loop_lag_ms")
-    cpu = sum(w.get("cpu_percent", 0.0) for w in workers)
+    if runs:
+        observed = max(int(r["observed_capacity"]) for r in runs)
+        cpu = max(float(r["client_cpu_percent"]) for r in runs)
+    else:
+        observed = tally.observed_capacity()  # the exact sweep over this run's sessions
+        cpu = sum(w.get("cpu_percent", 0.0) for w in workers)  # its processes add up
     invalid = lag_p99 is not None and lag_p99 > chunk_ms
     audio_s = sum(sl.audio_s for sl in tally.slicer.slices())
     scalars: dict[str, float | None] = {
@@ -123,7 +134,7 @@ def build_report(
         "timeout_rate": _rate(outcomes["no_response"], turns),
         "early_start_rate": _rate(counts["early_start"], turns),
         "barge_in_success_rate": _rate(counts["interruptions_cancelled"], counts["interruptions"]),
-        "observed_capacity": float(tally.observed_capacity()),
+        "observed_capacity": float(observed),
         "advertised_limit": None if advertised is None else float(advertised),
         "audio_throughput": audio_s / wall_s if wall_s > 0 else None,
         "underruns": float(counts["underruns"]),
@@ -161,7 +172,7 @@ def build_report(
             "cause_examples": dict(tally.cause_examples),
             "advertised_limit": advertised,
             "advertised_limits_seen": {str(k): v for k, v in limits.items()},
-            "observed_capacity": tally.observed_capacity(),
+            "observed_capacity": observed,
             "rejection_rate": scalars["rejection_rate"],
             "capacity_rejection_rate": scalars["capacity_rejection_rate"],
             "failure_rate": scalars["failure_rate"],
@@ -218,9 +229,42 @@ def build_report(
         "workers": workers,
         "recorder": tally.encode(),
     }
+    if runs:
+        report["runs"] = [dict(r) for r in runs]
+        report["merge_rules"] = dict(MERGE_RULES)
     if extra:
         report.update(extra)
     return report
+
+
+#: How a report merged from separate runs states each figure (``duplexctl report A B``).
+MERGE_RULES: Final = {
+    "histograms": "merged bucket for bucket: percentiles of all the samples",
+    "counts": "added (attempts, turns, errors, drops …), and the rates recomputed from them",
+    "observed_capacity": "the largest of any one run: peaks of separate runs do not add",
+    "client_cpu_percent": "the largest of any one run: separate clients' CPU does not add",
+    "wall_s": "the runs' seconds added up; audio_throughput and turns per_s are per run-second",
+    "per run": "each run's own observed capacity, client CPU and throughput under 'runs'",
+}
+
+
+def run_summary(source: str, report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-run figures a merge keeps (one entry, or the entries of a merged report)."""
+    if report.get("runs"):
+        return [dict(r) for r in report["runs"]]
+    admission = report.get("admission", {})
+    return [
+        {
+            "source": source,
+            "wall_s": float(report.get("wall_s", 0.0)),
+            "attempts": admission.get("attempts", 0),
+            "admitted": admission.get("by_kind", {}).get("admitted", 0),
+            "turns": report.get("turns", {}).get("count", 0),
+            "observed_capacity": admission.get("observed_capacity", 0),
+            "client_cpu_percent": report.get("validity", {}).get("client_cpu_percent", 0.0),
+            "audio_throughput": report.get("scalars", {}).get("audio_throughput"),
+        }
+    ]
 
 
 def _order(name: str) -> int:
@@ -315,10 +359,19 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     if report.get("interrupted"):
         lines.append("interrupted: partial report (every session was closed with session.close)")
     by_kind = ", ".join(f"{k} {n}" for k, n in sorted(a["by_kind"].items())) or "none"
+    runs = report.get("runs") or []
+    peak = f"{a['observed_capacity']}" + (f" (largest of {len(runs)} runs)" if runs else "")
     lines.append(
-        f"sessions: {a['attempts']} attempts ({by_kind}); observed capacity "
-        f"{a['observed_capacity']}; advertised limit {a['advertised_limit'] if a['advertised_limit'] is not None else '–'}"
+        f"sessions: {a['attempts']} attempts ({by_kind}); observed capacity {peak}; "
+        f"advertised limit {a['advertised_limit'] if a['advertised_limit'] is not None else '–'}"
     )
+    for i, run in enumerate(runs, 1):
+        lines.append(
+            f"  run {i} ({run['source']}): {run['attempts']} attempts, {run['turns']} turns in "
+            f"{format_value(run['wall_s'])} s; observed capacity {run['observed_capacity']}, "
+            f"client CPU {format_value(run['client_cpu_percent'])}%, audio throughput "
+            f"{format_value(run['audio_throughput'])}"
+        )
     lines.extend(admission_lines(a))
     lines.append(
         f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'})"

@@ -1,12 +1,17 @@
 """``duplexctl report RESULT...``: re-render saved load runs and merge them exactly.
 
-A load run's report.json carries the recorder it was built from (HDR histograms per time
-slice and phase window, counts, admission intervals). Merging several runs — worker
-processes, or load generators on several hosts driving one server at the same time — adds
-those recorders bucket for bucket and rebuilds the report with the very function the load
-command used (:func:`duplexctl.report.load_report.build_report`), so the merged p99 is the p99 of
-all the samples, not an average of p99s. Slices are aligned by time since each run's start,
-and session intervals likewise: runs meant to be merged should start together.
+A load run's report.json carries the tally it was built from (HDR histograms per time
+slice and phase window, counts, admission intervals). Merging several runs adds those
+tallies bucket for bucket and rebuilds the report with the very function the load command
+used (:func:`duplexctl.report.load_report.build_report`), so the merged p99 is the p99 of all
+the samples, not an average of p99s. Slices are aligned by time since each run's start.
+
+What does not add across separate runs is not added: a run's observed capacity is a peak of
+its own sessions and its client CPU is its own machine's, so the merged report states the
+largest of any one run and lists each run's own values under ``runs`` (``MERGE_RULES``).
+Runs on several hosts against one server at the same time would need one clock to pool
+their session intervals; each host's monotonic clock has its own zero, so no merged peak is
+claimed for them either.
 
 Runs with different warm-up or slice lengths cannot be merged (their windows would not line
 up); that is one line and exit code 2.
@@ -20,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from duplexctl.errors import BadInput, CheckFailed
-from duplexctl.report.load_report import build_report, render_final, tally_of, write_outputs
+from duplexctl.report.load_report import (
+    build_report,
+    render_final,
+    run_summary,
+    tally_of,
+    write_outputs,
+)
 from duplexctl.rundir import announce, prepare_run_dir
 
 
@@ -55,12 +66,17 @@ def merge_reports(docs: Sequence[dict[str, Any]], *, sources: Sequence[str] = ()
         except ValueError as exc:
             raise BadInput(f"{src or 'report'}: cannot merge: {exc}") from None
     workers = [dict(w, run=i) for i, doc in enumerate(docs) for w in doc.get("workers", [])]
+    runs = [
+        run
+        for src, doc in zip(sources or [""] * len(docs), docs, strict=False)
+        for run in run_summary(src, doc)
+    ]
     chunk_ms = int(first.get("validity", {}).get("chunk_ms", 100))
     report = build_report(
         merged,
         config=first.get("config", {}),
         workers=workers,
-        wall_s=max(float(d.get("wall_s", 0.0)) for d in docs),
+        wall_s=sum(run["wall_s"] for run in runs),
         chunk_ms=chunk_ms,
         url=first.get("url"),
         embedded=first.get("embedded_server"),
@@ -68,6 +84,7 @@ def merge_reports(docs: Sequence[dict[str, Any]], *, sources: Sequence[str] = ()
         interrupted=any(d.get("interrupted") for d in docs),
         end_reason=",".join(sorted({str(d.get("end_reason", "")) for d in docs})),
         extra={"merged_from": list(sources)},
+        runs=runs,
     )
     return report
 
