@@ -74,8 +74,8 @@ def serve(*args: str, timeout_s: float = 60.0) -> Iterator[tuple[str, subprocess
             proc.wait()
 
 
-def saved_load_run(out: Path, *extra: str) -> Path:
-    """A 2-second load run against the embedded server, written to ``out``."""
+def saved_load_run(out: Path, *extra: str, duration: str = "2s") -> Path:
+    """A short load run against the embedded server, written to ``out``."""
     run = subprocess.run(
         duplexctl_cmd(
             "load",
@@ -83,7 +83,7 @@ def saved_load_run(out: Path, *extra: str) -> Path:
             "--sessions",
             "2",
             "--duration",
-            "2s",
+            duration,
             "--workers",
             "1",
             "--plain",
