@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from duplexctl import __version__
+from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
 from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import ORIGINS
@@ -48,34 +49,6 @@ SESSION_ORIGINS: Final = {
     "rtf_omni": ORIGINS["rtf_vllm_omni"],
     "chunk_gap_ms": "recv audio delta - recv previous audio delta of the same response, every gap",
 }
-HEADLINE_METRICS: Final = (
-    "ttfa_ms",
-    "ttft_ms",
-    "first_audible_ms",
-    "turn_ms",
-    "ttfa_commit_ms",
-    "ttfa_created_ms",
-    "rtf",
-    "rtf_omni",
-    "chunk_gap_ms",
-    "stall_ms",
-    "cancel_ack_ms",
-    "audio_stop_ms",
-    "leaked_audio_ms",
-    "heard_stop_ms",
-    "post_interrupt_ttfa_ms",
-    "resume_ms",
-    "reconnect_ms",
-    "resume_handshake_ms",
-    "connect_ms",
-    "handshake_ms",
-    "time_to_reject_ms",
-    "close_ms",
-    "client_queue_ms",
-    "ttfa_with_queue_ms",
-    "send_lag_ms",
-    "loop_lag_ms",
-)
 
 
 def origin_of(metric: str) -> str:
@@ -269,9 +242,9 @@ def run_summary(source: str, report: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _order(name: str) -> int:
     try:
-        return HEADLINE_METRICS.index(name)
+        return HISTOGRAM_METRICS_IN_ORDER.index(name)
     except ValueError:
-        return len(HEADLINE_METRICS)
+        return len(HISTOGRAM_METRICS_IN_ORDER)
 
 
 def tally_of(report: Mapping[str, Any]) -> RunTally:
