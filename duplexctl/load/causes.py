@@ -55,6 +55,17 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+def _unparsable_answer(exc: InvalidMessage) -> str:
+    """An answer to the upgrade websockets could not parse: an HTTP answer that is no
+    upgrade (``HTTP/1.0 200 OK``, a close before any answer) or bytes that are no HTTP.
+    websockets quotes the line it received last in its message (``…: <line>``)."""
+    inner = list(_chain(exc))[-1]
+    if isinstance(inner, EOFError):
+        return "not_websocket"  # accepted, then closed without answering the upgrade
+    received = str(inner).rsplit(": ", 1)[-1]
+    return "not_websocket" if received.startswith("HTTP/") else "garbage"
+
+
 def _derived_cause(exc: BaseException) -> str:
     admission = getattr(exc, "admission", None)
     if admission in ("rejected_capacity", "rejected_other") and getattr(exc, "error", None):
@@ -70,9 +81,7 @@ def _derived_cause(exc: BaseException) -> str:
             status = link.response.status_code
             return "http_status" if status >= 400 else "not_websocket"
         if isinstance(link, InvalidMessage):
-            # an HTTP answer that is no upgrade (e.g. HTTP/1.0 200) vs bytes that are no HTTP
-            said_http = any("HTTP/" in str(x) for x in _chain(link))
-            return "not_websocket" if said_http else "garbage"
+            return _unparsable_answer(link)
         if isinstance(link, ConnectionClosed):
             return "closed_after_upgrade"
     message = str(exc)
