@@ -29,8 +29,8 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Options every client command shares (design.md: command-line contract), defined once so
-# their names, environment variables and help read the same in every command.
+# Options every client command shares (docs/architecture.md: command-line contract), defined
+# once so their names, environment variables and help read the same in every command.
 UrlOption = Annotated[
     str | None,
     typer.Option(

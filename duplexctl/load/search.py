@@ -9,7 +9,7 @@ proposes the levels: up geometrically until the first failure, then bisection. T
 says the largest level that met everything, where capacity rejections began, and how the
 first failing step failed (its reason, admission codes and ttfa).
 
-Slot release (metrics.md ``slot_release_ms``). Fill the server to its admission limit with
+Slot release (docs/metrics.md ``slot_release_ms``). Fill the server to its admission limit with
 idle sessions, then end one — with ``session.close``, and then by killing its socket — and
 retry opening a new session every ``POLL_S`` until one is admitted. The time from the end to
 the admitting ``session.created`` is ``slot_release_ms`` (resolution: one poll period).

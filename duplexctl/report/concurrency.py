@@ -1,4 +1,4 @@
-"""The exact concurrency sweep over session intervals (metrics.md ``observed_capacity``).
+"""The exact concurrency sweep over session intervals (docs/metrics.md ``observed_capacity``).
 
 ``observed_capacity`` is the peak number of sessions that were admitted and not yet closed at
 the same instant. Sessions are half-open intervals ``[t_created, t_closed)``: a session

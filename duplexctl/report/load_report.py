@@ -14,7 +14,7 @@ over attempts — a failed attempt is a user who got no session, so a server nob
 reach reads 100 %, never 0 % — and splits into ``capacity_rejection_rate`` (the server was
 full) and ``failure_rate`` (everything else).
 
-Validity (metrics.md): a run whose send lag p99 exceeds one chunk period paced its audio
+Validity (docs/metrics.md): a run whose send lag p99 exceeds one chunk period paced its audio
 late, so the server heard a slower user than scripted; such a run is marked
 ``invalid_pacing`` and its latency figures are not to be trusted.
 """

@@ -1,4 +1,4 @@
-"""Time slices and warm-up / ramp / steady windows of a load run (metrics.md "Statistics").
+"""Time slices and warm-up / ramp / steady windows of a load run (docs/metrics.md "Statistics").
 
 A single whole-run p95 hides what matters under load: latency that climbs as sessions are
 added, a server that degrades after ten minutes, a burst of rejections during the ramp. So
@@ -235,7 +235,7 @@ class TimeSlicer:
             self.phases[PHASES[p]].histogram(name).record_array(values[phase == p])
 
     def add_admission(self, t: float, admission: str) -> None:
-        """One session attempt's admission outcome (metrics.md ``admission``) at ``t``."""
+        """One session attempt's admission outcome (docs/metrics.md ``admission``) at ``t``."""
         self.slice_at(t).admissions[admission] += 1
 
     def add_error(self, t: float, count: int = 1) -> None:

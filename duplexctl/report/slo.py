@@ -33,7 +33,7 @@ from typing import Any
 
 from duplexctl.report.histogram import P99_MIN_N, RATIO_METRICS, HistogramSet
 
-#: Histogram figures of metrics.md (and the load generator's own validity figures), in the
+#: Histogram figures of docs/metrics.md (and the load generator's own validity figures), in the
 #: order reports show them.
 HISTOGRAM_METRICS_IN_ORDER: tuple[str, ...] = (
     "ttfa_ms",
@@ -203,7 +203,7 @@ def parse_slo(
 ) -> Slo:
     """Parse one ``--slo`` expression; ``ValueError`` with a one-line message if it is bad.
 
-    Names are checked against ``histogram_metrics`` / ``scalar_metrics`` (metrics.md by
+    Names are checked against ``histogram_metrics`` / ``scalar_metrics`` (docs/metrics.md by
     default) so a misspelt metric fails before the run; pass ``None`` for both to accept any
     well-formed name.
     """
@@ -288,7 +288,7 @@ def evaluate(
 ) -> list[SloResult]:
     """Judge each SLO against a run's figures.
 
-    A figure absent from the run but known to metrics.md fails with "no samples"; a name that
+    A figure absent from the run but known to docs/metrics.md fails with "no samples"; a name that
     is neither present nor known raises ``ValueError`` naming it and the figures available, since
     no run could ever satisfy it.
     """
