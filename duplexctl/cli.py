@@ -29,8 +29,8 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Options every client command shares (design.md: command-line contract), defined once so
-# their names, environment variables and help read the same in every command.
+# Options every client command shares (docs/architecture.md: command-line contract), defined
+# once so their names, environment variables and help read the same in every command.
 UrlOption = Annotated[
     str | None,
     typer.Option(
@@ -65,6 +65,15 @@ VadSilenceOption = Annotated[
 ]
 # Every session/turn option defaults to None = not given: duplexctl.resolver decides, with
 # one precedence for every command (defaults < scenario < --session < flags).
+
+OverwriteOption = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Replace the run in a non-empty output directory (only one duplexctl wrote); "
+        "without it a non-empty directory is refused.",
+    ),
+]
 
 
 def reports_errors(fn: F) -> F:
@@ -254,11 +263,13 @@ def replay(
         Path | None,
         typer.Option(help="Write report.json, events.jsonl and WAVs here (incrementally)."),
     ] = None,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Play scripted user turns against a server; per-turn timings, audio and a report."""
     import asyncio
 
     from duplexctl.report.render import render
+    from duplexctl.rundir import announce, prepare_run_dir
     from duplexctl.scenario.config import CliOptions, resolve
     from duplexctl.scenario.parse import load_inputs
     from duplexctl.scenario.runner import run_replay
@@ -287,21 +298,26 @@ def replay(
     def progress(line: str) -> None:
         print(f"duplexctl: {line}", file=sys.stderr, flush=True)
 
-    result = asyncio.run(
-        run_replay(
-            scenario,
-            config,
-            url,
-            api_key=api_key,
-            out_dir=out,
-            progress=progress,
-            handle_sigint=True,
+    if out is not None:
+        prepare_run_dir(out, flag="--out", overwrite=overwrite, command="replay")
+    try:
+        result = asyncio.run(
+            run_replay(
+                scenario,
+                config,
+                url,
+                api_key=api_key,
+                out_dir=out,
+                progress=progress,
+                handle_sigint=True,
+            )
         )
-    )
+    finally:
+        if out is not None:
+            announce(out)
     render(result.report, as_json=json_output)
     if result.interrupted:
-        where = f"; partial results in {out}" if out is not None else ""
-        print(f"duplexctl: interrupted{where}", file=sys.stderr)
+        print("duplexctl: interrupted: partial results", file=sys.stderr)
     elif result.exit_code == 1:
         failed = len(result.failed_expectations)
         bits = [f"{failed} expectation(s) failed"] if failed else []
@@ -389,6 +405,7 @@ def talk(
     plain: Annotated[
         bool | None, typer.Option("--plain/--live", help="Force plain lines or the live view.")
     ] = None,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Live conversation through a microphone and a speaker, with barge-in."""
     if list_devices:
@@ -426,7 +443,15 @@ def talk(
         prebuffer_ms=prebuffer_ms,
     )
     _say_notes(config.settings.notes)
-    result = asyncio.run(run_talk(config, make_view(plain)))
+    from duplexctl.rundir import announce, prepare_run_dir
+
+    if record is not None:
+        prepare_run_dir(record, flag="--record", overwrite=overwrite, command="talk")
+    try:
+        result = asyncio.run(run_talk(config, make_view(plain)))
+    finally:
+        if record is not None:
+            announce(record)
     if result.error is not None:
         raise result.error
     if result.interrupted:
@@ -574,6 +599,7 @@ def load(
     ] = False,
     workers: Annotated[int | None, typer.Option(help="Processes (default: one per core).")] = None,
     out: Annotated[str | None, typer.Option(help="Write report.json, JSONL and CSV here.")] = None,
+    overwrite: OverwriteOption = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
     live: Annotated[
         bool | None, typer.Option("--live/--plain", help="Dashboard style (default: by TTY).")
@@ -704,6 +730,7 @@ def load(
         slos=list(slo or []),
         workers=workers if workers is not None else (os.cpu_count() or 1),
         out=out,
+        overwrite=overwrite,
         json_output=json_output,
         live=live,
         uvloop=not no_uvloop,
@@ -726,13 +753,21 @@ def report(
     results: Annotated[list[str], typer.Argument(help="report.json files or --out directories.")],
     out: Annotated[str | None, typer.Option(help="Write the merged report here.")] = None,
     plot: Annotated[str | None, typer.Option(help="Draw PNG plots into this directory.")] = None,
+    overwrite: OverwriteOption = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
     slo: Annotated[list[str] | None, typer.Option(help="Re-judge with these thresholds.")] = None,
 ) -> None:
     """Re-render saved load runs; several are merged exactly (from their histograms)."""
     from duplexctl.report.merge import rerender
 
-    code = rerender(results, out=out, plot=plot, json_output=json_output, slos=list(slo or []))
+    code = rerender(
+        results,
+        out=out,
+        plot=plot,
+        overwrite=overwrite,
+        json_output=json_output,
+        slos=list(slo or []),
+    )
     if code:
         raise typer.Exit(code)
 

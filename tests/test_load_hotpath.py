@@ -14,7 +14,6 @@ import orjson
 
 from duplexctl.load.recorder import LAG_FOLD_EVERY, Recorder
 from duplexctl.load.session import SessionRecord
-from duplexctl.load.slices import TimeSlicer, Windows
 from duplexctl.protocol import codec, ids
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.report.histogram import (
@@ -24,6 +23,7 @@ from duplexctl.report.histogram import (
     counts_index,
     counts_indices,
 )
+from duplexctl.report.slices import TimeSlicer, Windows
 
 
 def test_counts_index_and_counts_indices_match_hdrh() -> None:

@@ -12,12 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duplexctl.load.arrivals import ArrivalProcess, Ramp, parse_duration
-from duplexctl.load.capacity import (
-    CapacitySearch,
-    concurrency_steps,
-    observed_capacity,
-)
-from duplexctl.load.slices import Slice, TimeSlicer, Windows, exclude_warmup
+from duplexctl.load.capacity import CapacitySearch
+from duplexctl.report.concurrency import concurrency_steps, observed_capacity
+from duplexctl.report.slices import Slice, TimeSlicer, Windows, exclude_warmup
 
 # -- arrivals --------------------------------------------------------------------------------
 

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from duplexctl.cli import app
 from duplexctl.load.config import LoadConfig, Mix
-from duplexctl.load.results import recorder_of
 from duplexctl.load.run import run_load
 from duplexctl.report.histogram import LatencyHistogram
+from duplexctl.report.load_report import tally_of
 
 ROOT = Path(__file__).resolve().parent.parent
 REC = ROOT / "recordings"
@@ -95,7 +95,7 @@ def test_turn_latency_matches_the_servers_injected_ttfa(tmp_path: Path) -> None:
     # raw records recompute the histogram exactly
     raw = LatencyHistogram()
     raw.record_many(t["figures"]["ttfa_ms"]["value"] for t in turns if "ttfa_ms" in t["figures"])
-    assert raw == recorder_of(result.report).headline()["ttfa_ms"]
+    assert raw == tally_of(result.report).headline()["ttfa_ms"]
     for name in ("report.json", "figures.csv", "slices.csv", "admission.csv"):
         assert (tmp_path / name).exists()
     saved = json.loads((tmp_path / "report.json").read_text())
@@ -123,6 +123,10 @@ def test_mix_interrupts_cancels_and_resumes(tmp_path: Path) -> None:
         assert set(r["resume"]["outcomes"]) == {"resumed"}
         assert r["resume"]["seq_gaps"] == 0
         assert r["figures"]["resume_ms"]["p50"] >= 500  # the scripted 500 ms wait
+    # the mix's drops are scripted, not the server's: none unplanned, every one resumed
+    drops = r["resume"]["drops"]
+    assert r["resume"]["unplanned_drops"] == 0 and r["resume"]["scripted_drops"] == drops
+    assert r["resume"]["resumes"] >= drops and r["resume"]["resume_failures"] == 0
     assert not r["violations"]
 
 
@@ -182,7 +186,7 @@ def test_workers_merge_exactly(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.w1.jsonl"))
     assert len(turns) == r["turns"]["count"] >= 4
     assert len(sessions) == r["admission"]["attempts"]
-    headline = recorder_of(r).headline()
+    headline = tally_of(r).headline()
     for name in ("ttfa_ms", "turn_ms"):
         raw = LatencyHistogram()
         raw.record_many(t["figures"][name]["value"] for t in turns if name in t["figures"])

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from duplexctl.cli import app
 from duplexctl.load.config import LoadConfig
-from duplexctl.load.results import recorder_of
 from duplexctl.load.run import run_load
+from duplexctl.report.load_report import tally_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = str(ROOT / "recordings" / "short_ack.wav")
@@ -50,8 +50,8 @@ def test_merge_of_two_runs_equals_their_histograms_combined(
     assert res.exit_code == 0, res.output
     merged = json.loads(res.stdout)
     ra, rb = (json.loads((d / "report.json").read_text()) for d in (a, b))
-    expected = recorder_of(ra).headline().merge(recorder_of(rb).headline())
-    assert recorder_of(merged).headline() == expected  # bucket for bucket, every metric
+    expected = tally_of(ra).headline().merge(tally_of(rb).headline())
+    assert tally_of(merged).headline() == expected  # bucket for bucket, every metric
     for name in ("ttfa_ms", "send_lag_ms", "connect_ms"):
         assert merged["figures"][name]["n"] == expected[name].count
         assert merged["figures"][name]["p99"] == expected[name].percentile(99)
@@ -60,9 +60,30 @@ def test_merge_of_two_runs_equals_their_histograms_combined(
     )
     assert merged["turns"]["count"] == ra["turns"]["count"] + rb["turns"]["count"]
     assert len(merged["merged_from"]) == 2
+    # peaks and CPU of separate runs do not add: the largest of any one run, each listed
+    peaks = [r["admission"]["observed_capacity"] for r in (ra, rb)]
+    cpus = [r["validity"]["client_cpu_percent"] for r in (ra, rb)]
+    assert peaks == [2, 3]  # the fixture's runs offered 2 and 3 sessions
+    assert merged["admission"]["observed_capacity"] == 3
+    assert merged["scalars"]["observed_capacity"] == 3.0
+    assert merged["validity"]["client_cpu_percent"] == max(cpus)
+    assert [(r["observed_capacity"], r["client_cpu_percent"]) for r in merged["runs"]] == list(
+        zip(peaks, cpus, strict=True)
+    )
+    assert merged["wall_s"] == pytest.approx(ra["wall_s"] + rb["wall_s"], abs=0.01)
+    assert "observed_capacity" in merged["merge_rules"]
     lines = (merged_dir / "turns.jsonl").read_text().splitlines()
     assert len(lines) == merged["turns"]["count"]
     assert json.loads((merged_dir / "report.json").read_text())["turns"] == merged["turns"]
+
+
+def test_merged_summary_shows_each_runs_own_peak(two_runs: tuple[Path, Path]) -> None:
+    a, b = two_runs
+    res = CliRunner().invoke(app, ["report", str(a), str(b)])
+    assert res.exit_code == 0, res.output
+    assert "observed capacity 3 (largest of 2 runs)" in res.stdout
+    assert "observed capacity 2, client CPU" in res.stdout  # run 1's own line
+    assert "observed capacity 3, client CPU" in res.stdout  # run 2's own line
 
 
 def test_single_run_rerenders_and_rejudges_slos(two_runs: tuple[Path, Path]) -> None:

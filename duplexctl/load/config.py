@@ -139,6 +139,7 @@ class LoadConfig:
     slos: list[str] = field(default_factory=list)
     workers: int = 1
     out: str | None = None
+    overwrite: bool = False  # --out: replace the run in a non-empty directory (rundir)
     json_output: bool = False
     live: bool | None = None  # None: rich dashboard when stdout is a TTY
     status_interval_s: float = 1.0

@@ -3,7 +3,7 @@
 Closed loop (``--sessions N``): N virtual users; each opens a session, speaks one pass of the
 script, closes it cleanly and starts over with a new session, so admission and slot release
 are exercised all run long. A user whose open is rejected backs off (0.25 s doubling to 4 s,
-jittered, protocol.md §7.6) and tries again. With ``--ramp`` user ``i`` is active while the
+jittered, docs/protocol.md §7.6) and tries again. With ``--ramp`` user ``i`` is active while the
 ramp's target is above ``i``. First starts are spread over ``CLOSED_SPREAD_S`` so a hundred
 users do not speak in lock-step; every session's appends go out on one of the process's
 send-grid phases (:mod:`duplexctl.audio.sendgrid`), so the loop wakes a few times per chunk
@@ -266,7 +266,7 @@ def make_recorder(
     config: LoadConfig, *, origin: float, worker: int = 0, out_dir: Path | None = None
 ) -> Recorder:
     """The recorder of one process, with the run's slices and phase windows."""
-    from duplexctl.load.slices import Windows
+    from duplexctl.report.slices import Windows
 
     ramp_end = Ramp.parse(config.ramp).duration if config.ramp else 0.0
     return Recorder(

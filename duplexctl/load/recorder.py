@@ -1,13 +1,10 @@
 """The load run's recorder: every session and turn goes in once, figures come out exactly.
 
-One :class:`Recorder` per process. It keeps
+One :class:`Recorder` per process: a :class:`~duplexctl.report.tally.RunTally` (histograms
+per time slice and phase window, counts, session intervals — what merges exactly across
+workers and runs) that sessions report to as the :class:`~duplexctl.load.session.Sink`, plus
+what only a live run has:
 
-* **histograms** (HDR, :mod:`duplexctl.report.histogram`) per time slice and per phase
-  window (:class:`~duplexctl.load.slices.TimeSlicer`): the headline figures are everything
-  after warm-up, and a worker's recorder merges into the parent's bucket for bucket;
-* **counts**: admission outcomes by kind and code, advertised limits, turn outcomes,
-  errors by code, invariant violations, interruptions and resumes;
-* **session intervals** ``[t_created, t_closed)`` for the exact ``observed_capacity`` sweep;
 * **raw records** written as they happen to ``turns.jsonl`` / ``sessions.jsonl`` (line
   buffered, so Ctrl-C or a crash keeps every finished turn);
 * a small **live window** (last seconds of ttfa and send lag) for the dashboard.
@@ -22,17 +19,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
 import numpy as np
 
-from duplexctl.load.capacity import observed_capacity
 from duplexctl.load.session import SessionRecord, Sink
-from duplexctl.load.slices import TimeSlicer, Windows
-from duplexctl.report.histogram import HistogramSet
+from duplexctl.report.slices import TimeSlicer, Windows
+from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import NS_PER_MS, TurnRecord, TurnTimes
 
 NS: Final = 1_000_000_000
@@ -50,7 +46,7 @@ def _cap(text: str | None) -> str:
     return text or "-"
 
 
-class Recorder(Sink):
+class Recorder(RunTally, Sink):
     """Aggregates one process's sessions and turns (see the module docstring)."""
 
     def __init__(
@@ -62,25 +58,12 @@ class Recorder(Sink):
         worker: int = 0,
         out_dir: Path | None = None,
     ) -> None:
-        self.origin = origin
-        self.worker = worker
-        self._slicer = TimeSlicer(slice_s, origin=origin, windows=windows)
+        super().__init__(origin=origin, slice_s=slice_s, windows=windows, worker=worker)
         # send lags waiting to be folded into the slicer (see send_lag)
         self._lag_t: list[float] = []
         self._lag_v: list[float] = []
-        self.admissions: Counter[str] = Counter()
-        self.codes: Counter[str] = Counter()  # "<admission>:<code>"
-        self.advertised_limits: Counter[int] = Counter()
-        self.outcomes: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()
-        self.violations: Counter[str] = Counter()
-        self.behaviours: Counter[str] = Counter()
-        self.resume_outcomes: Counter[str] = Counter()
-        self.counts: Counter[str] = Counter()
-        self.intervals: list[tuple[float, float | None]] = []
         self.active = 0
         self.admitted_live = 0
-        self.capabilities: dict[str, Any] = {}
         self._live_ttfa: deque[tuple[float, float]] = deque()
         # the live window of send lags: one (newest time, values) entry per folded batch, so
         # thousands of appends a second do not become thousands of tuples
@@ -117,6 +100,9 @@ class Recorder(Sink):
         self._slicer.add_admission(t, record.admission)
         if record.admission != "admitted":
             self.codes[f"{record.admission}:{_cap(record.code)}"] += 1
+            cause = record.cause or record.admission
+            self.causes[cause] += 1
+            self.cause_examples.setdefault(cause, record.end_reason)
         if record.advertised_limit is not None:
             self.advertised_limits[record.advertised_limit] += 1
         self._slicer.add_figure(t, "connect_ms", record.connect_ms)
@@ -132,6 +118,12 @@ class Recorder(Sink):
             self.counts["appends"] += record.appends
             self.counts["skipped_appends"] += record.skipped_appends
             self.counts["unanswered_interruptions"] += record.unanswered_interruptions
+            self.counts["drops"] += record.drops
+            self.counts["unplanned_drops"] += record.unplanned_drops
+            self.counts["sessions_with_drops"] += int(record.drops > 0)
+            self.counts["resumes"] += record.resumes
+            self.counts["resume_failures"] += record.resume_failures
+            self.resume_outcomes.update(record.resume_outcomes)
         self.errors.update(record.errors)
         if record.errors:
             self._slicer.add_error(self._clip(record.t_end or t), sum(record.errors.values()))
@@ -199,8 +191,6 @@ class Recorder(Sink):
         if times.barge is not None:
             self.counts["interruptions"] += 1
             self.counts["interruptions_cancelled"] += int(times.status == "cancelled")
-        for r in times.resumes:
-            self.resume_outcomes[r.outcome] += 1
         if record.figures.get("ttfa_ms") is not None:
             self._live_ttfa.append((t, float(record.figures["ttfa_ms"].value)))
         if self._turns_file is not None:
@@ -213,6 +203,12 @@ class Recorder(Sink):
                 phase=self._slicer.phase_of(t),
             )
             self._turns_file.write(json.dumps(line) + "\n")
+
+    def resumed(self, t: float, figures: dict[str, float | None]) -> None:
+        """An unplanned drop's resume (a scripted one comes with its turn)."""
+        t = self._clip(t)
+        for name, value in figures.items():
+            self._slicer.add_figure(t, name, value)
 
     # -- extra samples -----------------------------------------------------------------------
 
@@ -240,7 +236,9 @@ class Recorder(Sink):
             "failed": sum(
                 v for k, v in self.admissions.items() if k not in ("admitted", "rejected_capacity")
             ),
+            "causes": dict(self.causes),
             "turns": self.counts["turns"],
+            "drops": self.counts["drops"],
             "errors": dict(self.errors),
             "ttfa_window": [v for _t, v in self._live_ttfa],
             "send_lag_window": (
@@ -248,61 +246,11 @@ class Recorder(Sink):
             ),
         }
 
-    def headline(self) -> HistogramSet:
-        """Everything after warm-up (ramp and steady)."""
-        return self.slicer.after_warmup()
-
-    def observed_capacity(self) -> int:
-        return observed_capacity(self.intervals)
-
     def close(self) -> None:
         for f in (self._turns_file, self._sessions_file):
             if f is not None:
                 f.close()
         self._turns_file = self._sessions_file = None
-
-    # -- merging across workers -------------------------------------------------------------
-
-    def encode(self) -> dict[str, Any]:
-        """Everything needed to merge this recorder exactly into another (JSON-safe)."""
-        return {
-            "worker": self.worker,
-            "origin": self.origin,
-            "capabilities": self.capabilities,
-            "slicer": self.slicer.encode(),
-            "admissions": dict(self.admissions),
-            "codes": dict(self.codes),
-            "advertised_limits": {str(k): v for k, v in self.advertised_limits.items()},
-            "outcomes": dict(self.outcomes),
-            "errors": dict(self.errors),
-            "violations": dict(self.violations),
-            "behaviours": dict(self.behaviours),
-            "resume_outcomes": dict(self.resume_outcomes),
-            "counts": dict(self.counts),
-            # relative to the origin: another host's monotonic clock has another zero
-            "intervals": [
-                [a - self.origin, None if b is None else b - self.origin] for a, b in self.intervals
-            ],
-        }
-
-    def merge_encoded(self, data: Mapping[str, Any]) -> Recorder:
-        if not self.capabilities:
-            self.capabilities = dict(data.get("capabilities") or {})
-        other = TimeSlicer.decode(data["slicer"])
-        other.origin = self.slicer.origin  # slices count from each run's own start
-        self.slicer.merge(other)
-        self.admissions.update(data["admissions"])
-        self.codes.update(data["codes"])
-        self.advertised_limits.update({int(k): v for k, v in data["advertised_limits"].items()})
-        self.outcomes.update(data["outcomes"])
-        self.errors.update(data["errors"])
-        self.violations.update(data["violations"])
-        self.behaviours.update(data["behaviours"])
-        self.resume_outcomes.update(data["resume_outcomes"])
-        self.counts.update(data["counts"])
-        o = self.origin
-        self.intervals.extend((a + o, None if b is None else b + o) for a, b in data["intervals"])
-        return self
 
 
 def live_percentiles(

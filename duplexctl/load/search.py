@@ -2,14 +2,14 @@
 
 Capacity search. Each step is a complete, timed load run (``--step-duration``) at one
 offered level — concurrent sessions (closed loop) or sessions/s (``--rate`` given: open
-loop) — judged by the run's own criteria: no capacity rejections, every ``--slo`` held, and
-the client's own pacing valid (a step the client could not pace says nothing about the
-server, so it fails as ``invalid_pacing``). :class:`~duplexctl.load.capacity.CapacitySearch`
+loop) — judged by the run's own criteria: no capacity rejections, no failed attempts
+(refused, timed out …), every ``--slo`` held, and the client's own pacing valid (a step the
+client could not pace says nothing about the server, so it fails as ``invalid_pacing``). :class:`~duplexctl.load.capacity.CapacitySearch`
 proposes the levels: up geometrically until the first failure, then bisection. The report
 says the largest level that met everything, where capacity rejections began, and how the
 first failing step failed (its reason, admission codes and ttfa).
 
-Slot release (metrics.md ``slot_release_ms``). Fill the server to its admission limit with
+Slot release (docs/metrics.md ``slot_release_ms``). Fill the server to its admission limit with
 idle sessions, then end one — with ``session.close``, and then by killing its socket — and
 retry opening a new session every ``POLL_S`` until one is admitted. The time from the end to
 the admitting ``session.created`` is ``slot_release_ms`` (resolution: one poll period).
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from duplexctl.client.connection import (
     AdmissionRejected,
@@ -33,10 +33,10 @@ from duplexctl.client.connection import (
 from duplexctl.load.capacity import CapacitySearch
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.engine import make_plan
+from duplexctl.load.interrupts import Interrupts
+from duplexctl.load.step import run_step
+from duplexctl.report.load_report import tally_of
 from duplexctl.report.slo import evaluate, parse_slos
-
-if TYPE_CHECKING:
-    from duplexctl.load.run import Interrupts
 
 POLL_S: Final = 0.025
 SLOT_RELEASE_LIMIT_S: Final = 45.0
@@ -48,9 +48,6 @@ MAX_HOLDERS: Final = 1024
 async def find_capacity(
     config: LoadConfig, url: str, embedded: dict[str, Any] | None, irq: Interrupts
 ) -> dict[str, Any]:
-    from duplexctl.load.results import recorder_of
-    from duplexctl.load.run import run_step
-
     open_loop = config.rate is not None
     unit = "sessions/s" if open_loop else "sessions"
     search = CapacitySearch(start=config.capacity_start, max_level=config.max_level)
@@ -73,7 +70,7 @@ async def find_capacity(
         )
         if irq.interrupted:
             break
-        headline = recorder_of(report).headline()
+        headline = tally_of(report).headline()
         results = evaluate(slos, headline, report["scalars"])
         rejected = report["admission"]["by_kind"].get("rejected_capacity", 0)
         reasons = []
@@ -86,6 +83,14 @@ async def find_capacity(
             reasons.append(f"{rejected} capacity rejections ({codes})")
             if rejections_began is None or level < rejections_began:
                 rejections_began = level
+        failed = report["admission"]["failed"]
+        if failed:
+            causes = ", ".join(
+                f"{c} {n}"
+                for c, n in report["admission"]["causes"].items()
+                if c != "rejected_capacity"
+            )
+            reasons.append(f"{failed} failed attempts ({causes})")
         reasons.extend(f"SLO failed: {r.describe()}" for r in results if not r.passed)
         if report["validity"]["invalid_pacing"]:
             reasons.append("invalid_pacing (client could not keep real time)")
@@ -99,6 +104,7 @@ async def find_capacity(
                 "reason": "; ".join(reasons),
                 "ttfa_p95": ttfa.get("p95"),
                 "ttfa_n": ttfa.get("n"),
+                "admitted": report["admission"]["by_kind"].get("admitted", 0),
                 "rejection_rate": report["admission"]["rejection_rate"],
                 "observed_capacity": report["admission"]["observed_capacity"],
                 "admission": report["admission"]["by_code"],
@@ -115,7 +121,7 @@ async def find_capacity(
     report = dict(base)
     if best is not None:
         report["slo"] = [
-            r.to_dict() for r in evaluate(slos, recorder_of(base).headline(), base["scalars"])
+            r.to_dict() for r in evaluate(slos, tally_of(base).headline(), base["scalars"])
         ]
     first_fail = reports.get(result.first_fail) if result.first_fail is not None else None
     report["capacity_search"] = {
@@ -134,7 +140,12 @@ async def find_capacity(
         },
         "steps": steps,
         "step_duration_s": config.step_duration_s,
-        "criteria": [*list(config.slos), "no capacity rejections", "valid pacing"],
+        "criteria": [
+            *list(config.slos),
+            "no capacity rejections",
+            "no failed attempts",
+            "valid pacing",
+        ],
     }
     return report
 

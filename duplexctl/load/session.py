@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.audio.sendgrid import SendGrid
-from duplexctl.client.connection import DuplexConnection, OpenFailed
+from duplexctl.client.connection import ConnectionLost, DuplexConnection, OpenFailed
+from duplexctl.load.causes import attempt_cause
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
+from duplexctl.protocol.client_state import Happening, SessionResumed
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import BargeIn, Cancel, Drop, Scenario, Step, Wait
@@ -55,7 +57,7 @@ RESUME_ATTEMPTS: Final = 3
 
 @dataclass(slots=True)
 class SessionRecord:
-    """One session attempt, for sessions.jsonl and the admission figures (metrics.md)."""
+    """One session attempt, for sessions.jsonl and the admission figures (docs/metrics.md)."""
 
     worker: int
     index: int
@@ -63,6 +65,7 @@ class SessionRecord:
     admission: str = (
         "pending"  # admitted | rejected_capacity | rejected_other | transport_error | timeout
     )
+    cause: str | None = None  # why it was not admitted (load.causes), None when admitted
     code: str | None = None
     advertised_limit: int | None = None
     session_id: str | None = None
@@ -86,7 +89,14 @@ class SessionRecord:
     send_lag_max_ms: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
-    resumes: int = 0
+    # connection losses (docs/metrics.md "Resume"): scripted ones (--mix drop_resume, a
+    # scenario's drop step) and unplanned ones (the server or the network dropped it)
+    drops: int = 0
+    unplanned_drops: int = 0
+    resumes: int = 0  # resumed successfully
+    resume_failures: int = 0
+    resume_ms: list[float] = field(default_factory=list)  # each successful resume
+    resume_outcomes: dict[str, int] = field(default_factory=dict)
     behaviours: dict[str, int] = field(default_factory=dict)
     unanswered_interruptions: int = 0
 
@@ -109,6 +119,7 @@ class Sink:
     def session_started(self, record: SessionRecord) -> None: ...
     def session_admitted(self, record: SessionRecord, capabilities: dict[str, Any]) -> None: ...
     def session_finished(self, record: SessionRecord) -> None: ...
+    def resumed(self, t: float, figures: dict[str, float | None]) -> None: ...
 
 
 def mix_steps(wait: Wait, behaviour: str, interrupt: Path) -> list[Step]:
@@ -145,6 +156,29 @@ def with_mix(
     return dataclasses.replace(scenario, steps=tuple(steps)), begins
 
 
+class UnplannedDrops:
+    """Counts the connection losses the client did not cause, from the connection's
+    ``connection.lost`` happenings (a deliberate drop emits none). A failed automatic resume
+    ends with a second ``connection.lost`` (``resuming=False``) for the same loss: not
+    counted twice."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._resuming = False
+
+    def see(self, h: Happening) -> None:
+        if isinstance(h, ConnectionLost):
+            if h.resuming:
+                self.count += 1
+                self._resuming = True
+            elif self._resuming:
+                self._resuming = False  # the end of the resume started for the last loss
+            else:
+                self.count += 1
+        elif isinstance(h, SessionResumed):
+            self._resuming = False
+
+
 class LoadSession:
     """Drives one session of the script; :meth:`run` returns its :class:`SessionRecord`."""
 
@@ -178,6 +212,7 @@ class LoadSession:
         self.close_timeout_s = close_timeout_s
         self.api_key = api_key
         self.stop = stop if stop is not None else asyncio.Event()
+        self._unplanned = UnplannedDrops()
 
     def _scenario(self) -> tuple[Scenario, list[str | None]]:
         """This session's scenario: mix behaviours apply to plain say/wait scripts only."""
@@ -211,22 +246,36 @@ class LoadSession:
                 resume_attempts=RESUME_ATTEMPTS,
             ),
         )
+        crash: Exception | None = None
         try:
             await runner.drive(self.stop)
         except OpenFailed as exc:
-            rec.admission = exc.admission
-            rec.code = exc.error.code if exc.error is not None else None
-            rec.advertised_limit = exc.error.advertised_limit if exc.error is not None else None
-            rec.connect_ms = exc.connect_ms
-            rec.time_to_reject_ms = exc.time_to_reject_ms
-            rec.end_reason = str(exc)
-            rec.t_end = time.monotonic()
-            self.sink.session_finished(rec)
+            self._not_admitted(exc)
             return rec
+        except Exception as exc:  # a server must not crash the load: counted, never raised
+            if runner.conn is None:
+                self._not_admitted(exc)
+                return rec
+            crash = exc
         finally:
             if runner.conn is not None:  # admitted: closed by the runner whatever happened
-                self._closed(runner, begins)
+                self._closed(runner, begins, crash)
         return rec
+
+    def _not_admitted(self, exc: Exception) -> None:
+        """The attempt failed before ``session.created``: its admission and cause."""
+        rec = self.record
+        error = getattr(exc, "error", None)
+        rec.admission = getattr(exc, "admission", None) or "transport_error"
+        rec.cause = attempt_cause(exc)
+        rec.code = error.code if error is not None else None
+        rec.advertised_limit = error.advertised_limit if error is not None else None
+        rec.connect_ms = getattr(exc, "connect_ms", None)
+        rec.time_to_reject_ms = getattr(exc, "time_to_reject_ms", None)
+        # the client's own exceptions say what happened; anything else is named by its type
+        rec.end_reason = str(exc) if isinstance(exc, OpenFailed) else f"{type(exc).__name__}: {exc}"
+        rec.t_end = time.monotonic()
+        self.sink.session_finished(rec)
 
     def _admitted(self, conn: DuplexConnection) -> None:
         rec, t = self.record, conn.timings
@@ -234,9 +283,38 @@ class LoadSession:
         rec.session_id = conn.session.session_id
         rec.connect_ms, rec.handshake_ms = t.connect_ms, t.handshake_ms
         rec.t_created = (t.t_created_ns or time.monotonic_ns()) / NS
+        conn.add_listener(self._unplanned.see)
         self.sink.session_admitted(rec, conn.session.capabilities)
 
-    def _closed(self, runner: Replay, begins: list[str | None]) -> None:
+    def _count_resumes(self, runner: Replay) -> None:
+        """Drops and resumes of this session; unplanned resumes' times to the sink (scripted
+        ones reach it with their turn, as ``resume_ms`` of that turn)."""
+        rec, conn = self.record, runner.conn
+        assert conn is not None
+        rec.unplanned_drops = self._unplanned.count
+        rec.drops = rec.unplanned_drops + len(runner.resumes)
+        outcomes: Counter[str] = Counter()
+        for r in conn.timings.resumes:
+            outcome = r.outcome or "pending"
+            outcomes[outcome] += 1
+            if outcome == "resumed" and r.resume_ms is not None:
+                rec.resume_ms.append(round(r.resume_ms, 3))
+            if r.automatic and r.t_resumed_ns is not None:
+                self.sink.resumed(
+                    r.t_resumed_ns / NS,
+                    {
+                        "resume_ms": r.resume_ms,
+                        "reconnect_ms": r.reconnect_ms,
+                        "resume_handshake_ms": r.resume_handshake_ms,
+                    },
+                )
+        rec.resume_outcomes = dict(outcomes)
+        rec.resumes = outcomes["resumed"]
+        rec.resume_failures = sum(outcomes.values()) - rec.resumes
+
+    def _closed(
+        self, runner: Replay, begins: list[str | None], crash: Exception | None = None
+    ) -> None:
         rec, conn = self.record, runner.conn
         assert conn is not None
         t = conn.timings
@@ -254,14 +332,22 @@ class LoadSession:
         errors.update(
             f"resume_{r.times.outcome}" for _, r in runner.resumes if r.times.outcome != "resumed"
         )
+        errors.update(
+            f"resume_{r.outcome or 'pending'}"
+            for r in conn.timings.resumes
+            if r.automatic and r.outcome != "resumed"
+        )
         rec.errors = dict(errors)
         rec.violations = conn.session.checker.counts()
-        rec.resumes = len(t.resumes)
+        self._count_resumes(runner)
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
         rec.turns = len(runner.turns)
         rec.turns_cut = runner.unreported_turns
         rec.unanswered_interruptions = runner.unanswered_interruptions
-        if runner.completed:
+        if crash is not None:
+            rec.errors["client_exception"] = rec.errors.get("client_exception", 0) + 1
+            rec.end_reason = f"client exception: {type(crash).__name__}: {crash}"
+        elif runner.completed:
             rec.end_reason = "script_done"
         elif runner.interrupted and self.stop.is_set():
             rec.end_reason = "stopped"

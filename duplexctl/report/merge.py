@@ -1,12 +1,17 @@
 """``duplexctl report RESULT...``: re-render saved load runs and merge them exactly.
 
-A load run's report.json carries the recorder it was built from (HDR histograms per time
-slice and phase window, counts, admission intervals). Merging several runs — worker
-processes, or load generators on several hosts driving one server at the same time — adds
-those recorders bucket for bucket and rebuilds the report with the very function the load
-command used (:func:`duplexctl.load.results.build_report`), so the merged p99 is the p99 of
-all the samples, not an average of p99s. Slices are aligned by time since each run's start,
-and session intervals likewise: runs meant to be merged should start together.
+A load run's report.json carries the tally it was built from (HDR histograms per time
+slice and phase window, counts, admission intervals). Merging several runs adds those
+tallies bucket for bucket and rebuilds the report with the very function the load command
+used (:func:`duplexctl.report.load_report.build_report`), so the merged p99 is the p99 of all
+the samples, not an average of p99s. Slices are aligned by time since each run's start.
+
+What does not add across separate runs is not added: a run's observed capacity is a peak of
+its own sessions and its client CPU is its own machine's, so the merged report states the
+largest of any one run and lists each run's own values under ``runs`` (``MERGE_RULES``).
+Runs on several hosts against one server at the same time would need one clock to pool
+their session intervals; each host's monotonic clock has its own zero, so no merged peak is
+claimed for them either.
 
 Runs with different warm-up or slice lengths cannot be merged (their windows would not line
 up); that is one line and exit code 2.
@@ -20,6 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from duplexctl.errors import BadInput, CheckFailed
+from duplexctl.report.load_report import (
+    build_report,
+    render_final,
+    run_summary,
+    tally_of,
+    write_outputs,
+)
+from duplexctl.rundir import announce, prepare_run_dir
 
 
 def load_result(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -39,14 +52,12 @@ def load_result(path: str | Path) -> tuple[Path, dict[str, Any]]:
 
 def merge_reports(docs: Sequence[dict[str, Any]], *, sources: Sequence[str] = ()) -> dict[str, Any]:
     """One report from several, exactly (see the module docstring)."""
-    from duplexctl.load.results import build_report, recorder_of
-
     if not docs:
         raise BadInput("nothing to merge")
     first = docs[0]
     if len(docs) == 1:
         return dict(first)
-    merged = recorder_of(first)
+    merged = tally_of(first)
     for src, doc in zip(sources or [""] * len(docs), docs, strict=False):
         if doc is first:
             continue
@@ -55,12 +66,17 @@ def merge_reports(docs: Sequence[dict[str, Any]], *, sources: Sequence[str] = ()
         except ValueError as exc:
             raise BadInput(f"{src or 'report'}: cannot merge: {exc}") from None
     workers = [dict(w, run=i) for i, doc in enumerate(docs) for w in doc.get("workers", [])]
+    runs = [
+        run
+        for src, doc in zip(sources or [""] * len(docs), docs, strict=False)
+        for run in run_summary(src, doc)
+    ]
     chunk_ms = int(first.get("validity", {}).get("chunk_ms", 100))
     report = build_report(
         merged,
         config=first.get("config", {}),
         workers=workers,
-        wall_s=max(float(d.get("wall_s", 0.0)) for d in docs),
+        wall_s=sum(run["wall_s"] for run in runs),
         chunk_ms=chunk_ms,
         url=first.get("url"),
         embedded=first.get("embedded_server"),
@@ -68,6 +84,7 @@ def merge_reports(docs: Sequence[dict[str, Any]], *, sources: Sequence[str] = ()
         interrupted=any(d.get("interrupted") for d in docs),
         end_reason=",".join(sorted({str(d.get("end_reason", "")) for d in docs})),
         extra={"merged_from": list(sources)},
+        runs=runs,
     )
     return report
 
@@ -77,24 +94,25 @@ def rerender(
     *,
     out: str | None = None,
     plot: str | None = None,
+    overwrite: bool = False,
     json_output: bool = False,
     slos: Sequence[str] = (),
 ) -> int:
     """The ``report`` command: load, merge, judge, write, plot, print; returns the exit code."""
-    from duplexctl.load.results import recorder_of, render_final, write_outputs
     from duplexctl.report.slo import all_passed, evaluate, parse_slos
 
     loaded = [load_result(r) for r in results]
     docs = [doc for _p, doc in loaded]
     report = merge_reports(docs, sources=[str(p) for p, _d in loaded])
     exprs = list(slos) or list(report.get("config", {}).get("slos") or [])
+    try:
+        parsed = parse_slos(exprs)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    targets = _output_dirs(out, plot, [p.parent for p, _d in loaded], overwrite)
     code = 0
-    if exprs:
-        try:
-            parsed = parse_slos(exprs)
-        except ValueError as exc:
-            raise BadInput(str(exc)) from None
-        verdicts = evaluate(parsed, recorder_of(report).headline(), report["scalars"])
+    if parsed:
+        verdicts = evaluate(parsed, tally_of(report).headline(), report["scalars"])
         report["slo"] = [v.to_dict() for v in verdicts]
         code = 0 if all_passed(verdicts) else CheckFailed.exit_code
     if out is not None:
@@ -102,8 +120,7 @@ def rerender(
         write_outputs(target, report)
         for name in ("turns.jsonl", "sessions.jsonl"):
             parts = [p.parent / name for p, _d in loaded if (p.parent / name).exists()]
-            if parts and all(part.resolve() != (target / name).resolve() for part in parts):
-                (target / name).unlink(missing_ok=True)
+            if parts:
                 _concat(parts, target / name)
     if plot is not None:
         from duplexctl.report.plots import draw
@@ -115,7 +132,26 @@ def rerender(
         print(json.dumps(report, default=str))
     else:
         render_final(report, rich_table=False)
+    for target in targets:
+        announce(target)
     return code
+
+
+def _output_dirs(
+    out: str | None, plot: str | None, inputs: Sequence[Path], overwrite: bool
+) -> list[Path]:
+    """``--out`` and ``--plot`` made ready by the run-directory rule (one directory when
+    both name the same); never one the inputs are read from."""
+    targets: list[Path] = []
+    for flag, path in (("--out", out), ("--plot", plot)):
+        if path is None:
+            continue
+        if any(Path(path).resolve() == t.resolve() for t in targets):
+            continue
+        if any(Path(path).resolve() == i.resolve() for i in inputs):
+            raise BadInput(f"{flag} {path}: is one of the inputs (choose another directory)")
+        targets.append(prepare_run_dir(path, flag=flag, overwrite=overwrite, command="report"))
+    return targets
 
 
 def _concat(parts: Sequence[Path], target: Path) -> None:

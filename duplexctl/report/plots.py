@@ -4,12 +4,17 @@ matplotlib is imported lazily, inside :func:`draw`, with the non-interactive ``A
 it is an optional dependency (``pip install duplexctl[plot]``), slow to import, and must
 never try to open a window on a headless CI machine.
 
+Axes say what the run did, not what the plotting library guessed: time runs from the start
+to the end of the run (not to the end of the last slice), values from 0 (or below, for a
+negative ttfa) to the highest one with some headroom, rates over [0, 1].
+
 Plots:
 
 * ``latency_over_time.png`` — ttfa p50/p95/p99 per time slice, with turns per slice;
   climbing latency or a burst of rejections during the run shows up here, not in a
   whole-run percentile.
-* ``rejection_over_time.png`` — rejection rate per slice.
+* ``rejection_over_time.png`` — rejection rate per slice (attempts not admitted, whatever
+  the cause, over attempts).
 * ``latency_vs_concurrency.png`` / ``rejection_vs_concurrency.png`` — for a capacity
   search (each step's ttfa p95 and rejection rate against its offered level), or for several
   runs given together (each run's offered level from its config).
@@ -17,11 +22,17 @@ Plots:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from duplexctl.errors import MissingDependency
+
+#: Room above the highest value, as a fraction of the axis (the top point is not on the frame).
+HEADROOM: Final = 1.15
+#: A rate is a fraction of attempts: its axis is always all of it.
+RATE_LIMITS: Final = (0.0, 1.0)
 
 
 def _pyplot() -> Any:
@@ -55,6 +66,41 @@ def _level_points(
     return sorted(points)
 
 
+def run_span_s(report: Mapping[str, Any]) -> float:
+    """Seconds from the run's start to its end (the longest run of a merged report): the
+    time axis ends here, not at the end of the last, partly filled slice."""
+    runs = report.get("runs") or []
+    walls = [float(r.get("wall_s") or 0.0) for r in runs] or [float(report.get("wall_s") or 0)]
+    span = max(walls)
+    if span <= 0:  # an old report without wall_s: the slices are all there is
+        span = max((float(s["end_s"]) for s in report.get("slices", [])), default=1.0)
+    return span
+
+
+def value_limits(values: Sequence[float | None]) -> tuple[float, float]:
+    """Y limits from 0 (or the lowest value, if negative: an early start is signed) to the
+    highest value plus :data:`HEADROOM`: a 1 ms difference between 504 and 505 ms stays a
+    flat line instead of a cliff across the whole plot."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    low = min([0.0, *finite])
+    high = max([0.0, *finite])
+    if high <= low:
+        return low, low + 1.0
+    return low, high + (high - low) * (HEADROOM - 1.0)
+
+
+def _time_axis(ax: Any, span: float) -> None:
+    ax.set_xlim(0.0, span)
+    ax.set_xlabel("time since start (s)")
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def draw(
     report: Mapping[str, Any], directory: Path, *, runs: Sequence[Mapping[str, Any]] = ()
 ) -> list[Path]:
@@ -62,44 +108,40 @@ def draw(
     plt = _pyplot()
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    slices = report.get("slices", [])
+    span = run_span_s(report)
+    # slices within the run, cut at its end (the last one is usually partly filled)
+    slices = [s for s in report.get("slices", []) if s["start_s"] < span]
     if slices:
-        t = [(s["start_s"] + s["end_s"]) / 2 for s in slices]
+        starts = [float(s["start_s"]) for s in slices]
+        ends = [min(float(s["end_s"]), span) for s in slices]
+        t = [(a + b) / 2 for a, b in zip(starts, ends, strict=True)]
         fig, ax = plt.subplots(figsize=(8, 4.5))
+        shown: list[float | None] = []
         for p, style in (("p50", "-"), ("p95", "--"), ("p99", ":")):
             ys = [s["figures"].get("ttfa_ms", {}).get(p) for s in slices]
+            shown.extend(ys)
             ax.plot(t, [y if y is not None else float("nan") for y in ys], style, label=f"ttfa {p}")
-        ax.set_xlabel("time since start (s)")
+        _time_axis(ax, span)
+        ax.set_ylim(*value_limits(shown))
         ax.set_ylabel("ttfa (ms)")
         ax.set_title("turn latency over time")
         ax2 = ax.twinx()
-        ax2.bar(
-            t,
-            [s["turns"] for s in slices],
-            width=0.8 * (slices[0]["end_s"] - slices[0]["start_s"]),
-            alpha=0.15,
-            color="grey",
-        )
+        turns = [s["turns"] for s in slices]
+        widths = [0.8 * (b - a) for a, b in zip(starts, ends, strict=True)]
+        ax2.bar(t, turns, width=widths, alpha=0.15, color="grey")
+        ax2.set_ylim(*value_limits(turns))
         ax2.set_ylabel("turns per slice")
         ax.legend(loc="upper left")
-        path = directory / "latency_over_time.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, directory / "latency_over_time.png"))
 
         fig, ax = plt.subplots(figsize=(8, 3.5))
         rates = [s.get("rejection_rate") for s in slices]
-        ax.plot(t, [r if r is not None else float("nan") for r in rates], "o-")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("time since start (s)")
+        ax.plot(t, [r if r is not None else float("nan") for r in rates], "o-", clip_on=False)
+        _time_axis(ax, span)
+        ax.set_ylim(*RATE_LIMITS)
         ax.set_ylabel("rejection rate")
-        ax.set_title("admission rejections over time")
-        path = directory / "rejection_over_time.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        ax.set_title("attempts not admitted over time")
+        written.append(_save(plt, fig, directory / "rejection_over_time.png"))
 
     points = _level_points(report, runs)
     if points:
@@ -110,14 +152,12 @@ def draw(
             ("rejection_vs_concurrency.png", 2, "rejection rate"),
         ):
             fig, ax = plt.subplots(figsize=(6, 4))
-            ys = [p[idx] if p[idx] is not None else float("nan") for p in points]
-            ax.plot(xs, ys, "o-")
+            ys = [p[idx] for p in points]
+            ax.plot(xs, [y if y is not None else float("nan") for y in ys], "o-", clip_on=False)
+            ax.set_xlim(0.0, max(xs) * HEADROOM)
+            ax.set_ylim(*(RATE_LIMITS if idx == 2 else value_limits(ys)))
             ax.set_xlabel(unit)
             ax.set_ylabel(ylabel)
             ax.set_title(ylabel + " against load")
-            path = directory / name
-            fig.tight_layout()
-            fig.savefig(path, dpi=100)
-            plt.close(fig)
-            written.append(path)
+            written.append(_save(plt, fig, directory / name))
     return written

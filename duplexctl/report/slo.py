@@ -33,46 +33,48 @@ from typing import Any
 
 from duplexctl.report.histogram import P99_MIN_N, RATIO_METRICS, HistogramSet
 
-#: Histogram figures of metrics.md (and the load generator's own validity figures).
-HISTOGRAM_METRICS: frozenset[str] = frozenset(
-    {
-        "connect_ms",
-        "handshake_ms",
-        "time_to_reject_ms",
-        "slot_release_ms",
-        "close_ms",
-        "heartbeat_rtt_ms",
-        "ttfa_ms",
-        "ttft_ms",
-        "ttfa_created_ms",
-        "ttfa_commit_ms",
-        "first_audible_ms",
-        "turn_ms",
-        "rtf",
-        "rtf_omni",
-        "chunk_gap_ms",
-        "stall_ms",
-        "cancel_ack_ms",
-        "audio_stop_ms",
-        "leaked_audio_ms",
-        "heard_stop_ms",
-        "post_interrupt_ttfa_ms",
-        "resume_ms",
-        "reconnect_ms",
-        "resume_handshake_ms",
-        "audio_gap_ms",
-        "send_lag_ms",
-        "client_queue_ms",
-        "ttfa_with_queue_ms",
-        "turn_with_queue_ms",
-        "loop_lag_ms",
-    }
+#: Histogram figures of docs/metrics.md (and the load generator's own validity figures), in the
+#: order reports show them.
+HISTOGRAM_METRICS_IN_ORDER: tuple[str, ...] = (
+    "ttfa_ms",
+    "ttft_ms",
+    "first_audible_ms",
+    "turn_ms",
+    "ttfa_commit_ms",
+    "ttfa_created_ms",
+    "rtf",
+    "rtf_omni",
+    "chunk_gap_ms",
+    "stall_ms",
+    "cancel_ack_ms",
+    "audio_stop_ms",
+    "leaked_audio_ms",
+    "heard_stop_ms",
+    "post_interrupt_ttfa_ms",
+    "resume_ms",
+    "reconnect_ms",
+    "resume_handshake_ms",
+    "audio_gap_ms",
+    "connect_ms",
+    "handshake_ms",
+    "time_to_reject_ms",
+    "close_ms",
+    "slot_release_ms",
+    "heartbeat_rtt_ms",
+    "client_queue_ms",
+    "ttfa_with_queue_ms",
+    "turn_with_queue_ms",
+    "send_lag_ms",
+    "loop_lag_ms",
 )
+HISTOGRAM_METRICS: frozenset[str] = frozenset(HISTOGRAM_METRICS_IN_ORDER)
 
 #: Run-level scalar figures an SLO may name directly.
 SCALAR_METRICS: frozenset[str] = frozenset(
     {
         "rejection_rate",
+        "capacity_rejection_rate",
+        "failure_rate",
         "error_rate",
         "timeout_rate",
         "early_start_rate",
@@ -84,6 +86,10 @@ SCALAR_METRICS: frozenset[str] = frozenset(
         "underruns",
         "violations",
         "seq_gaps",
+        "drops",
+        "unplanned_drops",
+        "resumes",
+        "resume_failures",
         "client_cpu_percent",
     }
 )
@@ -197,7 +203,7 @@ def parse_slo(
 ) -> Slo:
     """Parse one ``--slo`` expression; ``ValueError`` with a one-line message if it is bad.
 
-    Names are checked against ``histogram_metrics`` / ``scalar_metrics`` (metrics.md by
+    Names are checked against ``histogram_metrics`` / ``scalar_metrics`` (docs/metrics.md by
     default) so a misspelt metric fails before the run; pass ``None`` for both to accept any
     well-formed name.
     """
@@ -282,7 +288,7 @@ def evaluate(
 ) -> list[SloResult]:
     """Judge each SLO against a run's figures.
 
-    A figure absent from the run but known to metrics.md fails with "no samples"; a name that
+    A figure absent from the run but known to docs/metrics.md fails with "no samples"; a name that
     is neither present nor known raises ``ValueError`` naming it and the figures available, since
     no run could ever satisfy it.
     """

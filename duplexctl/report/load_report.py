@@ -1,11 +1,20 @@
-"""A load run's report: built from a (merged) recorder, written, rendered, judged.
+"""A load run's report: built from a (merged) tally, written, rendered, judged.
 
-The report is built by one function, :func:`build_report`, from the recorder's exact
-content; ``duplexctl report`` rebuilds it the same way after merging saved runs, so a merged
-report is exactly the report one run of the combined load would have written. It carries
-its own inputs (``recorder``: encoded histograms, counts, session intervals) for that.
+The report is built by one function, :func:`build_report`, from the run's
+:class:`~duplexctl.report.tally.RunTally`; ``duplexctl report`` rebuilds it the same way
+after merging saved runs, so a merged report is exactly the report one run of the combined
+load would have written. It carries its own inputs (``recorder``: encoded histograms, counts,
+session intervals) for that. Both ``load`` and ``report`` import this module; it imports
+neither (docs/architecture.md: imports run downward).
 
-Validity (metrics.md): a run whose send lag p99 exceeds one chunk period paced its audio
+Admission rates (docs/metrics.md "Session and admission"): every attempt ends admitted,
+rejected for capacity, or failed (refused, TLS, an HTTP status, closed after the upgrade, a
+timeout, another rejection: its ``cause``). ``rejection_rate`` is every attempt not admitted
+over attempts — a failed attempt is a user who got no session, so a server nobody could
+reach reads 100 %, never 0 % — and splits into ``capacity_rejection_rate`` (the server was
+full) and ``failure_rate`` (everything else).
+
+Validity (docs/metrics.md): a run whose send lag p99 exceeds one chunk period paced its audio
 late, so the server heard a slower user than scripted; such a run is marked
 ``invalid_pacing`` and its latency figures are not to be trusted.
 """
@@ -16,13 +25,14 @@ import csv
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from duplexctl import __version__
-from duplexctl.load.recorder import Recorder
-from duplexctl.report.summary import format_percentiles, format_value, histogram_table
+from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
+from duplexctl.report.summary import format_value, histogram_table
+from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import ORIGINS
 
 KIND: Final = "duplexctl.load"
@@ -39,34 +49,6 @@ SESSION_ORIGINS: Final = {
     "rtf_omni": ORIGINS["rtf_vllm_omni"],
     "chunk_gap_ms": "recv audio delta - recv previous audio delta of the same response, every gap",
 }
-HEADLINE_METRICS: Final = (
-    "ttfa_ms",
-    "ttft_ms",
-    "first_audible_ms",
-    "turn_ms",
-    "ttfa_commit_ms",
-    "ttfa_created_ms",
-    "rtf",
-    "rtf_omni",
-    "chunk_gap_ms",
-    "stall_ms",
-    "cancel_ack_ms",
-    "audio_stop_ms",
-    "leaked_audio_ms",
-    "heard_stop_ms",
-    "post_interrupt_ttfa_ms",
-    "resume_ms",
-    "reconnect_ms",
-    "resume_handshake_ms",
-    "connect_ms",
-    "handshake_ms",
-    "time_to_reject_ms",
-    "close_ms",
-    "client_queue_ms",
-    "ttfa_with_queue_ms",
-    "send_lag_ms",
-    "loop_lag_ms",
-)
 
 
 def origin_of(metric: str) -> str:
@@ -78,7 +60,7 @@ def _rate(num: float, den: float) -> float | None:
 
 
 def build_report(
-    recorder: Recorder,
+    tally: RunTally,
     *,
     config: Mapping[str, Any],
     workers: list[dict[str, Any]],
@@ -90,32 +72,51 @@ def build_report(
     interrupted: bool = False,
     end_reason: str = "",
     extra: Mapping[str, Any] | None = None,
+    runs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The report.json document (see the module docstring)."""
-    headline = recorder.headline()
-    adm, counts, outcomes = recorder.admissions, recorder.counts, recorder.outcomes
+    """The report.json document (see the module docstring).
+
+    ``runs`` (:func:`run_summary` of each) when ``tally`` merges separate saved runs: the
+    figures that do not add across runs come from them (:data:`MERGE_RULES`), and
+    ``wall_s`` is then the runs' seconds added up.
+    """
+    headline = tally.headline()
+    adm, counts, outcomes = tally.admissions, tally.counts, tally.outcomes
     attempts = sum(adm.values())
+    not_admitted = attempts - adm["admitted"]
+    failed = not_admitted - adm["rejected_capacity"]
     turns = counts["turns"]
-    limits = recorder.advertised_limits
+    limits = tally.advertised_limits
     advertised = max(limits, key=lambda k: limits[k]) if limits else None
     send_lag = headline.get("send_lag_ms")
     lag_p99 = send_lag.percentile(99) if send_lag is not None and send_lag.count else None
     loop_lag = headline.get("loop_lag_ms")
-    cpu = sum(w.get("cpu_percent", 0.0) for w in workers)
+    if runs:
+        observed = max(int(r["observed_capacity"]) for r in runs)
+        cpu = max(float(r["client_cpu_percent"]) for r in runs)
+    else:
+        observed = tally.observed_capacity()  # the exact sweep over this run's sessions
+        cpu = sum(w.get("cpu_percent", 0.0) for w in workers)  # its processes add up
     invalid = lag_p99 is not None and lag_p99 > chunk_ms
-    audio_s = sum(sl.audio_s for sl in recorder.slicer.slices())
+    audio_s = sum(sl.audio_s for sl in tally.slicer.slices())
     scalars: dict[str, float | None] = {
-        "rejection_rate": _rate(adm["rejected_capacity"], attempts),
+        "rejection_rate": _rate(not_admitted, attempts),
+        "capacity_rejection_rate": _rate(adm["rejected_capacity"], attempts),
+        "failure_rate": _rate(failed, attempts),
         "error_rate": _rate(outcomes["failed"], turns),
         "timeout_rate": _rate(outcomes["no_response"], turns),
         "early_start_rate": _rate(counts["early_start"], turns),
         "barge_in_success_rate": _rate(counts["interruptions_cancelled"], counts["interruptions"]),
-        "observed_capacity": float(recorder.observed_capacity()),
+        "observed_capacity": float(observed),
         "advertised_limit": None if advertised is None else float(advertised),
         "audio_throughput": audio_s / wall_s if wall_s > 0 else None,
         "underruns": float(counts["underruns"]),
-        "violations": float(sum(recorder.violations.values())),
+        "violations": float(sum(tally.violations.values())),
         "seq_gaps": float(counts["seq_gaps"]),
+        "drops": float(counts["drops"]),
+        "unplanned_drops": float(counts["unplanned_drops"]),
+        "resumes": float(counts["resumes"]),
+        "resume_failures": float(counts["resume_failures"]),
         "client_cpu_percent": cpu,
     }
     figures = {
@@ -137,11 +138,17 @@ def build_report(
         "admission": {
             "attempts": attempts,
             "by_kind": dict(adm),
-            "by_code": dict(recorder.codes),
+            "by_code": dict(tally.codes),
+            "not_admitted": not_admitted,
+            "failed": failed,
+            "causes": dict(tally.causes),
+            "cause_examples": dict(tally.cause_examples),
             "advertised_limit": advertised,
             "advertised_limits_seen": {str(k): v for k, v in limits.items()},
-            "observed_capacity": recorder.observed_capacity(),
+            "observed_capacity": observed,
             "rejection_rate": scalars["rejection_rate"],
+            "capacity_rejection_rate": scalars["capacity_rejection_rate"],
+            "failure_rate": scalars["failure_rate"],
         },
         "sessions": {
             "admitted": counts["sessions_admitted"],
@@ -158,19 +165,25 @@ def build_report(
             "underruns": counts["underruns"],
         },
         "interruptions": {
-            "behaviours": dict(recorder.behaviours),
+            "behaviours": dict(tally.behaviours),
             "attempted": counts["interruptions"],
             "cancelled": counts["interruptions_cancelled"],
             "answer_ended_first": counts["unanswered_interruptions"],
             "barge_in_success_rate": scalars["barge_in_success_rate"],
         },
         "resume": {
-            "outcomes": dict(recorder.resume_outcomes),
+            "drops": counts["drops"],
+            "unplanned_drops": counts["unplanned_drops"],
+            "scripted_drops": counts["drops"] - counts["unplanned_drops"],
+            "sessions_with_drops": counts["sessions_with_drops"],
+            "resumes": counts["resumes"],
+            "resume_failures": counts["resume_failures"],
+            "outcomes": dict(tally.resume_outcomes),
             "seq_gaps": counts["seq_gaps"],
             "duplicates_dropped": counts["duplicates_dropped"],
         },
-        "errors": dict(recorder.errors),
-        "violations": dict(recorder.violations),
+        "errors": dict(tally.errors),
+        "violations": dict(tally.violations),
         "validity": {
             "chunk_ms": chunk_ms,
             "send_lag_p99_ms": lag_p99,
@@ -185,30 +198,58 @@ def build_report(
         },
         "scalars": scalars,
         "figures": figures,
-        "slices": [sl.to_dict() for sl in recorder.slicer.slices()],
+        "slices": [sl.to_dict() for sl in tally.slicer.slices()],
         "workers": workers,
-        "recorder": recorder.encode(),
+        "recorder": tally.encode(),
     }
+    if runs:
+        report["runs"] = [dict(r) for r in runs]
+        report["merge_rules"] = dict(MERGE_RULES)
     if extra:
         report.update(extra)
     return report
 
 
+#: How a report merged from separate runs states each figure (``duplexctl report A B``).
+MERGE_RULES: Final = {
+    "histograms": "merged bucket for bucket: percentiles of all the samples",
+    "counts": "added (attempts, turns, errors, drops …), and the rates recomputed from them",
+    "observed_capacity": "the largest of any one run: peaks of separate runs do not add",
+    "client_cpu_percent": "the largest of any one run: separate clients' CPU does not add",
+    "wall_s": "the runs' seconds added up; audio_throughput and turns per_s are per run-second",
+    "per run": "each run's own observed capacity, client CPU and throughput under 'runs'",
+}
+
+
+def run_summary(source: str, report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-run figures a merge keeps (one entry, or the entries of a merged report)."""
+    if report.get("runs"):
+        return [dict(r) for r in report["runs"]]
+    admission = report.get("admission", {})
+    return [
+        {
+            "source": source,
+            "wall_s": float(report.get("wall_s", 0.0)),
+            "attempts": admission.get("attempts", 0),
+            "admitted": admission.get("by_kind", {}).get("admitted", 0),
+            "turns": report.get("turns", {}).get("count", 0),
+            "observed_capacity": admission.get("observed_capacity", 0),
+            "client_cpu_percent": report.get("validity", {}).get("client_cpu_percent", 0.0),
+            "audio_throughput": report.get("scalars", {}).get("audio_throughput"),
+        }
+    ]
+
+
 def _order(name: str) -> int:
     try:
-        return HEADLINE_METRICS.index(name)
+        return HISTOGRAM_METRICS_IN_ORDER.index(name)
     except ValueError:
-        return len(HEADLINE_METRICS)
+        return len(HISTOGRAM_METRICS_IN_ORDER)
 
 
-def recorder_of(report: Mapping[str, Any]) -> Recorder:
-    """The exact recorder a saved report was built from."""
-    data = report["recorder"]
-    from duplexctl.load.slices import TimeSlicer
-
-    slicer = TimeSlicer.decode(data["slicer"])
-    rec = Recorder(origin=float(data["origin"]), slice_s=slicer.slice_s, windows=slicer.windows)
-    return rec.merge_encoded(data)
+def tally_of(report: Mapping[str, Any]) -> RunTally:
+    """The exact tally a saved report was built from."""
+    return RunTally.decode(report["recorder"])
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -291,19 +332,26 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     if report.get("interrupted"):
         lines.append("interrupted: partial report (every session was closed with session.close)")
     by_kind = ", ".join(f"{k} {n}" for k, n in sorted(a["by_kind"].items())) or "none"
+    runs = report.get("runs") or []
+    peak = f"{a['observed_capacity']}" + (f" (largest of {len(runs)} runs)" if runs else "")
     lines.append(
-        f"sessions: {a['attempts']} attempts ({by_kind}); observed capacity "
-        f"{a['observed_capacity']}; advertised limit {a['advertised_limit'] if a['advertised_limit'] is not None else '–'}"
+        f"sessions: {a['attempts']} attempts ({by_kind}); observed capacity {peak}; "
+        f"advertised limit {a['advertised_limit'] if a['advertised_limit'] is not None else '–'}"
     )
-    if a["by_code"]:
-        lines.append("rejections: " + ", ".join(f"{k} {n}" for k, n in a["by_code"].items()))
-    rr = a["rejection_rate"]
+    for i, run in enumerate(runs, 1):
+        lines.append(
+            f"  run {i} ({run['source']}): {run['attempts']} attempts, {run['turns']} turns in "
+            f"{format_value(run['wall_s'])} s; observed capacity {run['observed_capacity']}, "
+            f"client CPU {format_value(run['client_cpu_percent'])}%, audio throughput "
+            f"{format_value(run['audio_throughput'])}"
+        )
+    lines.extend(admission_lines(a))
     lines.append(
-        f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'}); "
-        f"rejection rate {format_value(rr * 100 if rr is not None else None)}%"
+        f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'})"
     )
+    lines.append(drops_line(report))
     figs = report["figures"]
-    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms", "resume_ms"):
+    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms"):
         if name in figs and figs[name]["n"]:
             f = figs[name]
             p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")
@@ -347,6 +395,45 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def drops_line(report: Mapping[str, Any]) -> str:
+    """Connection drops and resumes, always shown: resumes hide a broken server otherwise."""
+    r = report.get("resume", {})
+    if not r.get("drops"):
+        return "connection drops: none"
+    line = (
+        f"connection drops: {r['drops']} (unplanned {r['unplanned_drops']}, scripted "
+        f"{r['scripted_drops']}) in {r['sessions_with_drops']} sessions; resumed "
+        f"{r['resumes']}, failed {r['resume_failures']}"
+    )
+    f = report["figures"].get("resume_ms")
+    if f and f["n"]:
+        line += f"; resume_ms {_pct_line(f)}"
+    return line
+
+
+def _percent(rate: float | None) -> str:
+    return f"{format_value(rate * 100 if rate is not None else None)}%"
+
+
+def admission_lines(a: Mapping[str, Any]) -> list[str]:
+    """Why attempts were not admitted (each cause with one message) and the three rates."""
+    lines = []
+    causes = a.get("causes") or {}
+    if a.get("not_admitted"):
+        counted = ", ".join(f"{c} {n}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1]))
+        lines.append(f"not admitted: {a['not_admitted']} of {a['attempts']} attempts: {counted}")
+        for cause, example in sorted((a.get("cause_examples") or {}).items()):
+            lines.append(f"  {cause}: {example}")
+    coded = {k: n for k, n in a["by_code"].items() if not k.endswith(":-")}
+    if coded:
+        lines.append("rejections: " + ", ".join(f"{k} {n}" for k, n in coded.items()))
+    lines.append(
+        f"rejection rate {_percent(a['rejection_rate'])} (capacity "
+        f"{_percent(a.get('capacity_rejection_rate'))}, failed {_percent(a.get('failure_rate'))})"
+    )
+    return lines
+
+
 def capacity_lines(cap: Mapping[str, Any]) -> list[str]:
     unit = cap.get("unit", "sessions")
     lines = [
@@ -376,7 +463,7 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
         from rich.console import Console
 
         console = Console(file=stream)
-        hs = recorder_of(report).headline()
+        hs = tally_of(report).headline()
         console.print(
             histogram_table(
                 hs, metrics=list(report["figures"]), title="load: figures after warm-up"
@@ -393,14 +480,3 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
 def _pct_line(f: Mapping[str, Any]) -> str:
     p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")
     return f"p50 {format_value(f['p50'])} · p95 {format_value(f['p95'])} · p99 {p99} · max {format_value(f['max'])} (n={f['n']})"
-
-
-__all__ = [
-    "build_report",
-    "format_percentiles",
-    "merge_jsonl",
-    "recorder_of",
-    "render_final",
-    "summary_lines",
-    "write_outputs",
-]

@@ -1,9 +1,9 @@
-"""Time slices and warm-up / ramp / steady windows of a load run (metrics.md "Statistics").
+"""Time slices and warm-up / ramp / steady windows of a load run (docs/metrics.md "Statistics").
 
 A single whole-run p95 hides what matters under load: latency that climbs as sessions are
 added, a server that degrades after ten minutes, a burst of rejections during the ramp. So
 every record is also bucketed by time into fixed-length slices, each with its own mergeable
-histograms and counts (turns, outcomes, admissions and capacity rejections, errors, audio
+histograms and counts (turns, outcomes, admissions and rejections, errors, audio
 received). Empty slices are kept: a stretch with no finished turns is itself a finding.
 
 Independently of the slices, each record lands in one phase window: ``warmup`` (excluded from
@@ -28,6 +28,7 @@ import numpy as np
 from duplexctl.report.histogram import HistogramSet
 
 PHASES: tuple[str, ...] = ("warmup", "ramp", "steady")
+ADMITTED = "admitted"
 REJECTED_CAPACITY = "rejected_capacity"
 
 
@@ -84,11 +85,17 @@ class Slice:
 
     @property
     def rejections(self) -> int:
+        """Attempts that did not become a session, whatever the cause (capacity included)."""
+        return self.attempts - self.admissions[ADMITTED]
+
+    @property
+    def capacity_rejections(self) -> int:
         return self.admissions[REJECTED_CAPACITY]
 
     @property
     def rejection_rate(self) -> float | None:
-        """rejected_capacity / attempts (metrics.md); None when nothing was attempted."""
+        """Attempts not admitted / attempts (docs/metrics.md ``rejection_rate``: failed
+        attempts count, so a server nobody reached never reads 0 %); None without attempts."""
         attempts = self.attempts
         return self.rejections / attempts if attempts else None
 
@@ -121,6 +128,7 @@ class Slice:
             "attempts": self.attempts,
             "admissions": dict(self.admissions),
             "rejections": self.rejections,
+            "capacity_rejections": self.capacity_rejections,
             "rejection_rate": self.rejection_rate,
             "errors": self.errors,
             "audio_s": self.audio_s,
@@ -227,7 +235,7 @@ class TimeSlicer:
             self.phases[PHASES[p]].histogram(name).record_array(values[phase == p])
 
     def add_admission(self, t: float, admission: str) -> None:
-        """One session attempt's admission outcome (metrics.md ``admission``) at ``t``."""
+        """One session attempt's admission outcome (docs/metrics.md ``admission``) at ``t``."""
         self.slice_at(t).admissions[admission] += 1
 
     def add_error(self, t: float, count: int = 1) -> None:

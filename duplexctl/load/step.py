@@ -1,0 +1,97 @@
+"""One timed load run (or one capacity step), in this process or in worker processes.
+
+:func:`run_step` drives a run and returns its report: ``--workers 1`` drives every session in
+this process; ``W > 1`` hands the sessions to :mod:`duplexctl.load.workers`. Both
+:mod:`duplexctl.load.run` (a whole ``duplexctl load``) and :mod:`duplexctl.load.search`
+(each step of ``--find-capacity``) call it, so neither imports the other.
+
+Ctrl-C: :class:`~duplexctl.load.interrupts.Interrupts` ends the step like its own timer
+does (arrivals stop, every session closes with ``session.close``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from duplexctl.load.config import LoadConfig
+from duplexctl.load.dashboard import Dashboard
+from duplexctl.load.engine import drive, make_recorder
+from duplexctl.load.interrupts import Interrupts
+from duplexctl.load.recorder import Recorder
+from duplexctl.load.workers import in_workers
+from duplexctl.report.load_report import build_report
+from duplexctl.report.tally import RunTally
+
+
+async def run_step(
+    config: LoadConfig,
+    url: str,
+    embedded: dict[str, Any] | None,
+    irq: Interrupts,
+    *,
+    out: Path | None,
+    title: str = "duplexctl load",
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """One load run (or one capacity step) → its report."""
+    mode = "off" if quiet else Dashboard.choose(json_output=config.json_output, live=config.live)
+    dash = Dashboard(mode, title=title)
+    t0 = time.monotonic()
+    # the step ends by its own timer (which sets step_stop) or by Ctrl-C (irq.stop)
+    step_stop = asyncio.Event()
+    forward = asyncio.create_task(_forward(irq.stop, step_stop))
+    dash.start()
+    tally: RunTally
+    try:
+        if config.workers <= 1:
+            tally, infos = await _in_process(config, url, step_stop, out, dash)
+        else:
+            tally, infos = await in_workers(config, url, irq, out, dash)
+    finally:
+        dash.stop()
+        forward.cancel()
+    wall = time.monotonic() - t0
+    end_reasons = sorted({i.get("end_reason", "") for i in infos})
+    return build_report(
+        tally,
+        config=config.echo(),
+        workers=infos,
+        wall_s=wall,
+        chunk_ms=config.chunk_ms,
+        url=None if embedded else url,
+        embedded=embedded,
+        capabilities=tally.capabilities,
+        interrupted=irq.interrupted,
+        end_reason=",".join(end_reasons),
+    )
+
+
+async def _forward(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
+
+
+async def _in_process(
+    config: LoadConfig, url: str, stop: asyncio.Event, out: Path | None, dash: Dashboard
+) -> tuple[Recorder, list[dict[str, Any]]]:
+    origin = time.monotonic()
+    rec = make_recorder(config, origin=origin, out_dir=out)
+    task = asyncio.create_task(drive(config, url=url, origin=origin, stop=stop, recorder=rec))
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(config.status_interval_s)
+            dash.update(rec.live())
+
+    watcher = asyncio.create_task(watch())
+    try:
+        recorder, info = await task
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(BaseException):
+            await watcher
+    return recorder, [info]

@@ -1,0 +1,223 @@
+"""``--workers W``: a load run's sessions spread over W processes, merged exactly.
+
+The parent starts W processes (``spawn``), gives each its share of the load
+(:meth:`LoadConfig.share`), starts them together on one monotonic origin (CLOCK_MONOTONIC is
+system-wide on Linux, so their time slices line up) and merges their recorders exactly:
+histogram buckets are added, counts summed, session intervals pooled for the exact
+``observed_capacity`` sweep, JSONL parts concatenated. Workers send ``ready``, ``live``
+snapshots and ``done`` (or ``error``) on one queue; the parent forwards Ctrl-C to them.
+
+Workers die with their parent: each holds a :class:`~duplexctl.load.lifeline.Lifeline`, and
+when the parent dies for any reason (SIGKILL included) it closes its sessions with
+``session.close`` and exits within a few seconds, reporting nothing (nobody is listening).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from duplexctl.errors import BadInput
+from duplexctl.load.config import LoadConfig
+from duplexctl.load.dashboard import Dashboard, combine
+from duplexctl.load.engine import Plan, drive, make_plan, make_recorder
+from duplexctl.load.interrupts import Interrupts
+from duplexctl.load.lifeline import EXIT_PARENT_GONE, Lifeline
+from duplexctl.load.recorder import Recorder
+from duplexctl.report.load_report import merge_jsonl
+
+WORKER_START_TIMEOUT_S: Final = 120.0
+WORKER_END_GRACE_S: Final = 120.0
+
+
+async def in_workers(
+    config: LoadConfig, url: str, irq: Interrupts, out: Path | None, dash: Dashboard
+) -> tuple[Recorder, list[dict[str, Any]]]:
+    """Run ``config`` in ``config.workers`` processes; their recorders merged exactly."""
+    ctx = mp.get_context("spawn")
+    messages: Any = ctx.Queue()
+    lifeline, keep = Lifeline.to_parent(ctx)
+    try:
+        return await _run_workers(config, url, irq, out, dash, ctx, lifeline, messages)
+    finally:
+        keep.close()  # workers still running (given up on) see the lifeline break and stop
+
+
+async def _run_workers(
+    config: LoadConfig,
+    url: str,
+    irq: Interrupts,
+    out: Path | None,
+    dash: Dashboard,
+    ctx: Any,
+    lifeline: Lifeline,
+    messages: Any,
+) -> tuple[Recorder, list[dict[str, Any]]]:
+    go = ctx.Event()
+    origin_value: Any = ctx.Value("d", 0.0)
+    n = config.workers
+    procs = []
+    for i in range(n):
+        share = config.share(i, n)
+        proc = ctx.Process(
+            target=worker_main,
+            args=(share, i, url, str(out) if out else None, messages, go, origin_value, lifeline),
+            name=f"duplexctl-load-{i}",
+            daemon=True,
+        )
+        proc.start()
+        procs.append(proc)
+        irq.children.append(proc.pid)  # type: ignore[arg-type]
+    lifeline.pipe.close()  # the workers hold their copies; this process keeps the other end
+    loop = asyncio.get_running_loop()
+
+    async def get(timeout: float) -> Any:
+        try:
+            return await loop.run_in_executor(None, messages.get, True, timeout)
+        except queue.Empty:
+            return None
+
+    ready: set[int] = set()
+    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    errors: list[str] = []
+    while len(ready) < n and time.monotonic() < deadline and not irq.stop.is_set():
+        msg = await get(0.5)
+        if msg is None:
+            if any(not p.is_alive() for p in procs):
+                break
+            continue
+        if msg[0] == "ready":
+            ready.add(msg[1])
+        elif msg[0] == "error":
+            errors.append(msg[2])
+            break
+    origin = time.monotonic() + 0.2
+    origin_value.value = origin
+    go.set()
+    if errors or len(ready) < n:
+        for p in procs:
+            p.kill()
+        raise BadInput("load workers failed to start: " + ("; ".join(errors) or "timeout"))
+    snapshots: dict[int, dict[str, Any]] = {}
+    done: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    end = config.warmup_s + (config.duration_s or 0) + WORKER_END_GRACE_S
+    hard_deadline = time.monotonic() + max(end, 3600.0 if config.duration_s is None else end)
+    while len(done) < n and time.monotonic() < hard_deadline:
+        msg = await get(0.25)
+        if msg is None:
+            if all(not p.is_alive() for p in procs) and messages.empty():
+                break
+            continue
+        kind, index = msg[0], msg[1]
+        if kind == "live":
+            snapshots[index] = msg[2]
+            dash.update(combine(snapshots.values()))
+        elif kind == "done":
+            done[index] = (msg[2], msg[3])
+        elif kind == "error":
+            errors.append(f"worker {index}: {msg[2]}")
+            done[index] = ({}, {"worker": index, "error": msg[2]})
+    for p in procs:
+        await loop.run_in_executor(None, p.join, 10.0)
+        if p.is_alive():
+            p.kill()
+    irq.children.clear()
+    merged = make_recorder(config, origin=origin)
+    infos = []
+    for index in sorted(done):
+        encoded, info = done[index]
+        if encoded:
+            merged.merge_encoded(encoded)
+        infos.append(info)
+    if out is not None:
+        merge_jsonl(sorted(out.glob("turns.w*.jsonl")), out / "turns.jsonl")
+        merge_jsonl(sorted(out.glob("sessions.w*.jsonl")), out / "sessions.jsonl")
+    if errors and not done:
+        raise BadInput("; ".join(errors))
+    return merged, infos
+
+
+def worker_main(
+    config: LoadConfig,
+    index: int,
+    url: str,
+    out: str | None,
+    messages: Any,
+    go: Any,
+    origin_value: Any,
+    lifeline: Lifeline,
+) -> None:
+    """Entry point of a worker process: its share of the run, reported on ``messages``."""
+    lifeline.arm()
+    try:
+        plan = make_plan(config)
+    except Exception as exc:
+        messages.put(("error", index, str(exc)))
+        return
+    messages.put(("ready", index))
+    if not go.wait(WORKER_START_TIMEOUT_S):
+        messages.put(("error", index, "never told to start"))
+        return
+    origin = float(origin_value.value)
+    runner: Any = asyncio.run
+    if config.uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            runner = uvloop.run
+    try:
+        encoded, info = runner(
+            _worker_async(config, index, url, out, messages, origin, plan, lifeline)
+        )
+    except Exception as exc:
+        if lifeline.lost:
+            os._exit(EXIT_PARENT_GONE)
+        messages.put(("error", index, f"{type(exc).__name__}: {exc}"))
+        return
+    if lifeline.lost:  # sessions closed; nobody to report to (and a dead pipe to block on)
+        os._exit(EXIT_PARENT_GONE)
+    messages.put(("done", index, encoded, info))
+
+
+async def _worker_async(
+    config: LoadConfig,
+    index: int,
+    url: str,
+    out: str | None,
+    messages: Any,
+    origin: float,
+    plan: Plan,
+    lifeline: Lifeline,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    # the parent died (SIGTERM is its death signal, or the lifeline's watcher saw it): the
+    # run stops like at its end: arrivals stop, every session closes with session.close
+    lifeline.on_lost(lambda: loop.call_soon_threadsafe(stop.set))
+    loop.add_signal_handler(signal.SIGTERM, lifeline.lose)
+    await asyncio.sleep(max(0.0, origin - time.monotonic()))
+    rec = make_recorder(config, origin=origin, worker=index, out_dir=Path(out) if out else None)
+    task = asyncio.create_task(
+        drive(config, url=url, origin=origin, stop=stop, worker=index, plan=plan, recorder=rec)
+    )
+
+    async def report_live() -> None:
+        while True:
+            await asyncio.sleep(config.status_interval_s)
+            if not lifeline.lost:
+                messages.put(("live", index, rec.live()))
+
+    live = asyncio.create_task(report_live())
+    try:
+        recorder, info = await task
+    finally:
+        live.cancel()
+    return recorder.encode(), info

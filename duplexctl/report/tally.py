@@ -1,0 +1,121 @@
+"""What a load run counted, in a form that merges exactly: :class:`RunTally`.
+
+A load run's figures are HDR histograms per time slice and phase window
+(:class:`~duplexctl.report.slices.TimeSlicer`), counts (admission outcomes by kind, code and
+cause, turn outcomes, errors, violations, behaviours, resumes) and the session intervals the
+exact ``observed_capacity`` sweep needs. Worker processes each keep one and the parent adds
+them (:meth:`RunTally.merge_encoded`); ``report.json`` carries the encoded tally so that
+``duplexctl report`` rebuilds or merges saved runs from the very same numbers.
+
+The live side — the :class:`~duplexctl.load.recorder.Recorder` that sessions report to, with
+its JSONL files and dashboard window — is a subclass in ``load``. This class imports nothing
+of load's runtime (sockets, the scenario runner), so re-rendering a saved run does not load
+them (docs/architecture.md: imports run downward).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from duplexctl.report.concurrency import observed_capacity
+from duplexctl.report.histogram import HistogramSet
+from duplexctl.report.slices import TimeSlicer, Windows
+
+
+class RunTally:
+    """The mergeable content of one load run (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        origin: float,
+        slice_s: float = 10.0,
+        windows: Windows | None = None,
+        worker: int = 0,
+    ) -> None:
+        self.origin = origin
+        self.worker = worker
+        self._slicer = TimeSlicer(slice_s, origin=origin, windows=windows)
+        self.admissions: Counter[str] = Counter()
+        self.codes: Counter[str] = Counter()  # "<admission>:<code>"
+        #: attempts not admitted, by cause (duplexctl.load.causes), and one message for each
+        self.causes: Counter[str] = Counter()
+        self.cause_examples: dict[str, str] = {}
+        self.advertised_limits: Counter[int] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.violations: Counter[str] = Counter()
+        self.behaviours: Counter[str] = Counter()
+        self.resume_outcomes: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+        self.intervals: list[tuple[float, float | None]] = []
+        self.capabilities: dict[str, Any] = {}
+
+    @property
+    def slicer(self) -> TimeSlicer:
+        return self._slicer
+
+    def headline(self) -> HistogramSet:
+        """Everything after warm-up (ramp and steady)."""
+        return self.slicer.after_warmup()
+
+    def observed_capacity(self) -> int:
+        return observed_capacity(self.intervals)
+
+    # -- merging ---------------------------------------------------------------------------
+
+    def encode(self) -> dict[str, Any]:
+        """Everything needed to merge this tally exactly into another (JSON-safe)."""
+        return {
+            "worker": self.worker,
+            "origin": self.origin,
+            "capabilities": self.capabilities,
+            "slicer": self.slicer.encode(),
+            "admissions": dict(self.admissions),
+            "codes": dict(self.codes),
+            "causes": dict(self.causes),
+            "cause_examples": dict(self.cause_examples),
+            "advertised_limits": {str(k): v for k, v in self.advertised_limits.items()},
+            "outcomes": dict(self.outcomes),
+            "errors": dict(self.errors),
+            "violations": dict(self.violations),
+            "behaviours": dict(self.behaviours),
+            "resume_outcomes": dict(self.resume_outcomes),
+            "counts": dict(self.counts),
+            # relative to the origin: another host's monotonic clock has another zero
+            "intervals": [
+                [a - self.origin, None if b is None else b - self.origin] for a, b in self.intervals
+            ],
+        }
+
+    def merge_encoded(self, data: Mapping[str, Any]) -> RunTally:
+        """Add another tally's :meth:`encode` output (a worker's, or a saved run's)."""
+        if not self.capabilities:
+            self.capabilities = dict(data.get("capabilities") or {})
+        other = TimeSlicer.decode(data["slicer"])
+        other.origin = self.slicer.origin  # slices count from each run's own start
+        self.slicer.merge(other)
+        self.admissions.update(data["admissions"])
+        self.codes.update(data["codes"])
+        self.causes.update(data.get("causes", {}))  # absent from reports before causes
+        for cause, example in data.get("cause_examples", {}).items():
+            self.cause_examples.setdefault(cause, example)
+        self.advertised_limits.update({int(k): v for k, v in data["advertised_limits"].items()})
+        self.outcomes.update(data["outcomes"])
+        self.errors.update(data["errors"])
+        self.violations.update(data["violations"])
+        self.behaviours.update(data["behaviours"])
+        self.resume_outcomes.update(data["resume_outcomes"])
+        self.counts.update(data["counts"])
+        o = self.origin
+        self.intervals.extend((a + o, None if b is None else b + o) for a, b in data["intervals"])
+        return self
+
+    @classmethod
+    def decode(cls, data: Mapping[str, Any]) -> RunTally:
+        """The tally an :meth:`encode` output describes."""
+        slicer = TimeSlicer.decode(data["slicer"])
+        tally = cls(origin=float(data["origin"]), slice_s=slicer.slice_s, windows=slicer.windows)
+        return tally.merge_encoded(data)

@@ -1,0 +1,239 @@
+"""Helpers for the load and report tests that run real processes and real sockets.
+
+* :func:`duplexctl_cmd`: the command line of the installed ``duplexctl`` in this interpreter.
+* :func:`serve`: ``duplexctl serve`` in a subprocess on a free loopback port (the URL it
+  printed), stopped with SIGTERM at the end.
+* :func:`saved_load_run`: a short ``duplexctl load`` against the embedded server, written to
+  a directory (what ``duplexctl report`` reads).
+* Hostile peers on loopback for failure causes: a closed port, a plain HTTP server, a
+  websocket server that drops the TCP connection right after the upgrade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SHORT = str(ROOT / "recordings" / "short_ack.wav")
+HELLO = str(ROOT / "recordings" / "hello.wav")
+
+
+def duplexctl_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "duplexctl", *args]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve(*args: str, timeout_s: float = 60.0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``duplexctl serve --port 0 ARGS`` in a subprocess: yields (url, process)."""
+    proc = subprocess.Popen(
+        duplexctl_cmd("serve", "--port", "0", *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        url = None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            found = re.search(r"listening on (ws://\S+)", line)
+            if found:
+                url = found.group(1)
+        assert url is not None, "duplexctl serve did not start"
+        yield url, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def saved_load_run(out: Path, *extra: str, duration: str = "2s") -> Path:
+    """A short load run against the embedded server, written to ``out``."""
+    run = subprocess.run(
+        duplexctl_cmd(
+            "load",
+            SHORT,
+            "--sessions",
+            "2",
+            "--duration",
+            duration,
+            "--workers",
+            "1",
+            "--plain",
+            "--out",
+            str(out),
+            "--server-option",
+            "reply_seconds=1",
+            *extra,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens (the port was free a moment ago)."""
+    return f"ws://127.0.0.1:{free_port()}/v1/realtime?duplex=1"
+
+
+class _Plain(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"<html>not a websocket server</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@contextlib.contextmanager
+def plain_http_server() -> Iterator[str]:
+    """A plain HTTP server on loopback answering 200 to everything (no upgrade)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Plain)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"ws://127.0.0.1:{server.server_address[1]}/v1/realtime?duplex=1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def background_ws_server(handler: Any, scheme: str = "ws", **options: Any) -> Iterator[str]:
+    """A websockets server on loopback, served by its own event loop in a thread."""
+    from websockets.asyncio.server import serve as ws_serve
+
+    async def start() -> Any:
+        return await ws_serve(handler, "127.0.0.1", 0, **options)
+
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(start())
+    port = next(iter(server.sockets)).getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"{scheme}://127.0.0.1:{port}/v1/realtime?duplex=1"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        server.close()
+        loop.run_until_complete(server.wait_closed())
+        loop.close()
+
+
+async def _abort_after_upgrade(conn: Any) -> None:
+    conn.transport.abort()  # no close frame: the client sees the TCP connection go
+
+
+def drop_after_upgrade_server() -> contextlib.AbstractContextManager[str]:
+    """A websocket server that completes the upgrade, then drops the TCP connection."""
+    return background_ws_server(_abort_after_upgrade)
+
+
+async def _hold(conn: Any) -> None:
+    await conn.wait_closed()
+
+
+def self_signed_tls_server(directory: Path) -> contextlib.AbstractContextManager[str]:
+    """A TLS websocket server on loopback whose certificate nobody trusts (self-signed)."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return background_ws_server(_hold, "wss", ssl=context)
+
+
+def pids_alive(pids: list[int]) -> list[int]:
+    """The pids among ``pids`` that still exist (zombies of other parents count as gone)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def lifeline_child(lifeline: Any, marker: str) -> None:
+    """A worker that only holds a lifeline (portable detector only) and records why it ended."""
+    lifeline.arm(death_signal=False)
+
+    def lost() -> None:
+        Path(marker).write_text(lifeline.reason)
+
+    lifeline.on_lost(lost)
+    Path(marker + ".armed").write_text(str(os.getpid()))
+    time.sleep(120)  # ended by the lifeline's grace-period exit, not by this sleep
+
+
+LIFELINE_PARENT = """
+import multiprocessing as mp, sys, time
+sys.path.insert(0, sys.argv[2])
+from load_support import lifeline_child
+from duplexctl.load.lifeline import Lifeline
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    lifeline, keep = Lifeline.to_parent(ctx)
+    child = ctx.Process(target=lifeline_child, args=(lifeline, sys.argv[1]))
+    child.start()
+    lifeline.pipe.close()
+    time.sleep(120)  # SIGKILLed by the test long before
+"""
