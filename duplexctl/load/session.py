@@ -44,8 +44,8 @@ from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import BargeIn, Cancel, Drop, Scenario, Step, Wait
 from duplexctl.scenario.runner import Headless, Replay
+from duplexctl.units import NS_PER_S
 
-NS: Final = 1_000_000_000
 #: Offset of a mix interruption after the answer's first audio.
 MIX_AFTER_MS: Final = 500.0
 MIX_RESUME_AFTER_MS: Final = 500.0
@@ -233,7 +233,7 @@ class LoadSession:
         rec.admission = "admitted"
         rec.session_id = conn.session.session_id
         rec.connect_ms, rec.handshake_ms = t.connect_ms, t.handshake_ms
-        rec.t_created = (t.t_created_ns or time.monotonic_ns()) / NS
+        rec.t_created = (t.t_created_ns or time.monotonic_ns()) / NS_PER_S
         self.sink.session_admitted(rec, conn.session.capabilities)
 
     def _closed(self, runner: Replay, begins: list[str | None]) -> None:
@@ -242,7 +242,7 @@ class LoadSession:
         t = conn.timings
         rec.close_ms = t.close_ms
         rec.closed_cleanly = t.t_closed_ns is not None
-        rec.t_closed = (t.t_closed_ns or time.monotonic_ns()) / NS
+        rec.t_closed = (t.t_closed_ns or time.monotonic_ns()) / NS_PER_S
         rec.t_end = time.monotonic()
         lag = runner.pacer.lag
         rec.appends = lag.count
