@@ -210,11 +210,11 @@ class PlaybackDuty:
                         item = ids.assistant_item_id(rid)
                         out.append(cs.item_truncate(item, ledger.heard_ms))
                 continue
-            if ledger.acked_ms is None:
+            first = ledger.acked_ms is None
+            if first:
                 ledger.acked_ms = 0.0
                 if acks:
                     out.append(cs.playback_ack(rid, 0.0))
-                continue
             position = ledger.position
             played = position.played_ms(now)
             end = position.end_time()
@@ -227,7 +227,7 @@ class PlaybackDuty:
                     self.played_out.append(rid)
                 if acks:
                     out.append(cs.playback_ack(rid, math.ceil(max(played, track.audio_ms))))
-            elif acks and played - ledger.acked_ms >= self.ack_every_ms:
+            elif acks and not first and played - ledger.acked_ms >= self.ack_every_ms:  # type: ignore[operator]
                 ledger.acked_before, ledger.acked_ms = ledger.acked_ms, played
                 out.append(cs.playback_ack(rid, played))
         return out
