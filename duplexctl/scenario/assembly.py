@@ -81,6 +81,18 @@ class TurnAssembly:
                 upcoming = min(upcoming, due)
         self.next_answer_due_ns = upcoming
 
+    def stop_waiting(self, turn: LiveTurn) -> None:
+        """A wait ran out: an answer that ended (``response.done``) but still plays is cut
+        there (its figures up to now); one that never came or never ended is an error."""
+        if turn.finished.is_set():
+            return
+        if not turn.done.is_set():
+            self.give_up(turn, self.unanswered_reason(turn))
+            return
+        turn.frozen_ns = now_ns()
+        turn.times.timed_out = True
+        self.finish(turn)
+
     def give_up(self, turn: LiveTurn, reason: str) -> None:
         """No answer came in time: the turn ends ``no_response`` and that is an error."""
         if turn.finished.is_set():

@@ -233,22 +233,18 @@ class StepInterpreter:
             async with asyncio.timeout(timeout):
                 await turn.finished.wait()
         except TimeoutError:
-            self.assembly.give_up(turn, self.assembly.unanswered_reason(turn))
+            self.assembly.stop_waiting(turn)
 
     async def _drain(self) -> None:
-        """After the last step: let answers that are still running end, and committed
-        turns get theirs (bounded by the response timeout)."""
-        deadline = self.run.config.response_timeout_s
+        """After the last step: let the speech still queued go out, and every turn get its
+        answer within the response timeout — or be given up on (no silent turns)."""
+        timeout = self.run.config.response_timeout_s
         for turn in self.run.turns:
             if turn.finished.is_set():
                 continue
-            if turn.response_id is not None:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(deadline):
-                        await turn.finished.wait()
-            elif turn.answer_due_ns is not None:
-                left = (turn.answer_due_ns - now_ns()) / NS_PER_S
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(max(0.0, left) + 0.05):
-                        await turn.finished.wait()
-                self.assembly.expire_unanswered(now_ns())
+            marks = [u for u in (turn.speech_end_u, turn.commit_u) if u is not None]
+            left_s = max([0.0, *((u - self.mic.position_ms) / 1000 for u in marks)])
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left_s + timeout):
+                    await turn.finished.wait()
+            self.assembly.stop_waiting(turn)
