@@ -80,9 +80,7 @@ from duplexctl.protocol.client_state import (
 from duplexctl.protocol.errors import WireError
 from duplexctl.protocol.playback_duty import EventAckDuty
 from duplexctl.protocol.settings import SessionSettings
-
-MiB: Final = 1024 * 1024
-
+from duplexctl.units import MiB
 
 # --------------------------------------------------------------------------------------------
 # Errors (all exit code 3: the server could not be reached or refused the session)

@@ -33,9 +33,9 @@ from duplexctl.load.capacity import observed_capacity
 from duplexctl.load.session import SessionRecord, Sink
 from duplexctl.load.slices import TimeSlicer, Windows
 from duplexctl.report.histogram import HistogramSet
-from duplexctl.report.turns import NS_PER_MS, TurnRecord, TurnTimes
+from duplexctl.report.turns import TurnRecord, TurnTimes
+from duplexctl.units import NS_PER_MS, NS_PER_S
 
-NS: Final = 1_000_000_000
 #: Per-turn counts: summed over the run, not put into histograms.
 SUMMED: Final = frozenset(
     {"underruns", "replayed_events", "duplicates_dropped", "seq_gaps", "heard_ms", "audio_ms"}
@@ -173,7 +173,7 @@ class Recorder(Sink):
 
     def turn(self, record: TurnRecord, times: TurnTimes, session: SessionRecord) -> None:
         t_ns = times.t_eos or times.t_speech_start or time.monotonic_ns()
-        t = self._clip(t_ns / NS)
+        t = self._clip(t_ns / NS_PER_S)
         figures: dict[str, float | None] = {}
         for name, fig in record.figures.items():
             if name in SUMMED or name == "chunk_gap_ms":
