@@ -86,7 +86,10 @@ class SessionRecord:
     send_lag_max_ms: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
-    resumes: int = 0
+    resumes: int = 0  # drops answered by session.resumed (scripted and the server's own)
+    drops: int = 0  # connections lost that the client did not close (issue 17.4)
+    resume_ms_max: float | None = None  # the slowest resume of the session
+    unanswered_turns: int = 0  # turns given up on as no_response (errors no_response)
     behaviours: dict[str, int] = field(default_factory=dict)
     unanswered_interruptions: int = 0
 
@@ -256,7 +259,12 @@ class LoadSession:
         )
         rec.errors = dict(errors)
         rec.violations = conn.session.checker.counts()
-        rec.resumes = len(t.resumes)
+        drops = [r.times for _, r in runner.resumes]
+        rec.drops = len(drops)
+        rec.resumes = sum(d.outcome == "resumed" for d in drops)
+        resume_ms = [(d.t_resumed - d.t_drop) / 1e6 for d in drops if d.t_resumed is not None]
+        rec.resume_ms_max = round(max(resume_ms), 3) if resume_ms else None
+        rec.unanswered_turns = errors.get("no_response", 0)
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
         rec.turns = len(runner.turns)
         rec.turns_cut = runner.unreported_turns
