@@ -55,7 +55,7 @@ RESUME_ATTEMPTS: Final = 3
 
 @dataclass(slots=True)
 class SessionRecord:
-    """One session attempt, for sessions.jsonl and the admission figures (metrics.md)."""
+    """One session attempt, for sessions.jsonl and the admission figures (docs/metrics.md)."""
 
     worker: int
     index: int

@@ -50,9 +50,9 @@ from typing import Any, Final, Protocol
 from duplexctl.protocol import ids
 from duplexctl.protocol.client_state import ClientSession
 
-#: playback.ack cadence while a reply plays, in ms *played* (protocol.md §6.5: ≈200–250 ms).
+#: playback.ack cadence while a reply plays, in ms *played* (docs/protocol.md §6.5: ≈200–250 ms).
 ACK_EVERY_MS: Final = 200.0
-#: session.event_ack at most this often (s) while events arrive (protocol.md §6.6) ...
+#: session.event_ack at most this often (s) while events arrive (docs/protocol.md §6.6) ...
 EVENT_ACK_EVERY_S: Final = 0.25
 #: ... or as soon as this many sequenced events are unacknowledged (None: time only).
 EVENT_ACK_BATCH: Final = 32

@@ -5,7 +5,7 @@ module turns that into figures, each carrying its ``measurement_origin`` so a nu
 travels without the two points it was measured between. Keeping the arithmetic here, away
 from sockets, lets every definition be tested with hand-made timestamps.
 
-Clock conventions (metrics.md "Clocks"): *send* = the websocket send of a client event
+Clock conventions (docs/metrics.md "Clocks"): *send* = the websocket send of a client event
 returned; *recv* = a server frame was read off the socket, before decoding and de-dup.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from duplexctl.units import NS_PER_MS
 
-# figure name -> measurement_origin (what minus what); the names are metrics.md's
+# figure name -> measurement_origin (what minus what); the names are docs/metrics.md's
 ORIGINS: Final[dict[str, str]] = {
     "ttfa_ms": "recv first non-empty audio delta of the answering response - t_eos "
     "(send of the append carrying the end of user speech); negative = early_start",
@@ -211,7 +211,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def outcome_of(t: TurnTimes) -> str:
-    """metrics.md ``outcome``: spoke, listened, no_response, cancelled, failed."""
+    """docs/metrics.md ``outcome``: spoke, listened, no_response, cancelled, failed."""
     if t.status == "cancelled":
         return "cancelled"
     if t.status == "failed" or (t.error is not None and t.t_done is None):

@@ -117,7 +117,7 @@ class Utterance:
 
     onset_ms: float
     end_ms: float | None = None
-    t_eos_ns: int | None = None  # send of the append reaching end_ms (metrics.md t_eos)
+    t_eos_ns: int | None = None  # send of the append reaching end_ms (docs/metrics.md t_eos)
     claimed: bool = False
 
 
