@@ -73,22 +73,29 @@ def test_mix_is_written_into_the_sessions_own_scenario() -> None:
     assert kept == list(script.scenario.steps)
 
 
-async def test_load_session_speaks_through_the_runner_and_records_itself() -> None:
-    script = build_script([str(SHORT)])
+async def _one_session(
+    files: list[str], mix: str, sink: ListSink, server: ServerConfig
+) -> SessionRecord:
+    """One LoadSession of ``files`` (commit lane) against an in-process server."""
+    script = build_script(files)
     config = resolve(CliOptions(turn_detection="none"), script.scenario.settings)
-    sink = ListSink()
-    async with await start_server(_server()) as srv:
+    async with await start_server(server) as srv:
         session = LoadSession(
             url=srv.url,
             config=config,
             script=script,
             record=SessionRecord(worker=0, index=0, attempt=1),
             sink=sink,
-            mix=Mix.parse("cancel=1"),
+            mix=Mix.parse(mix),
             rng=random.Random(1),
             appends=AppendCache(),
         )
-        rec = await session.run()
+        return await session.run()
+
+
+async def test_load_session_speaks_through_the_runner_and_records_itself() -> None:
+    sink = ListSink()
+    rec = await _one_session([str(SHORT)], "cancel=1", sink, _server())
     assert sink.finished == [rec] and len(sink.admitted) == 1
     assert rec.admission == "admitted" and rec.closed_cleanly
     assert rec.end_reason == "script_done"
@@ -105,22 +112,9 @@ async def test_load_session_speaks_through_the_runner_and_records_itself() -> No
 async def test_load_session_records_the_servers_drops_for_the_load_report() -> None:
     """The fields load's summary and --slo read (issue 17.4): drops, resumes, resume_ms_max,
     and the per-turn drops/resumes figures, against a server that drops every connection."""
-    script = build_script([str(SHORT), str(SHORT)])
-    config = resolve(CliOptions(turn_detection="none"), script.scenario.settings)
     sink = ListSink()
     server = _server(faults=[Fault("drop-after", 23.0)])
-    async with await start_server(server) as srv:
-        session = LoadSession(
-            url=srv.url,
-            config=config,
-            script=script,
-            record=SessionRecord(worker=0, index=0, attempt=1),
-            sink=sink,
-            mix=Mix.parse(""),
-            rng=random.Random(1),
-            appends=AppendCache(),
-        )
-        rec = await session.run()
+    rec = await _one_session([str(SHORT), str(SHORT)], "", sink, server)
     assert rec.drops >= 1 and rec.resumes == rec.drops
     assert rec.resume_ms_max is not None and rec.resume_ms_max > 0
     assert rec.to_json(0.0)["drops"] == rec.drops

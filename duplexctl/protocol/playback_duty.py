@@ -77,7 +77,7 @@ class EventAckDuty:
     """When a ``session.event_ack`` is owed: something processed is unacknowledged and the
     interval has passed since the last check, or ``batch`` events are waiting."""
 
-    __slots__ = ("_acked_before", "_next_at", "batch", "every_s", "session")
+    __slots__ = ("_acked_before", "batch", "every_s", "next_at", "session")
 
     def __init__(
         self,
@@ -89,14 +89,14 @@ class EventAckDuty:
         self.session = session
         self.every_s = every_s
         self.batch = batch
-        self._next_at = 0.0
+        self.next_at = 0.0  # the next timed check (read by PlaybackDuty.due's fast path)
         self._acked_before = 0
 
     def due(self, now: float) -> Event | None:
         cs = self.session
-        if now < self._next_at and (self.batch is None or cs.last_seq - cs.acked_seq < self.batch):
+        if now < self.next_at and (self.batch is None or cs.last_seq - cs.acked_seq < self.batch):
             return None
-        self._next_at = now + self.every_s - _TIMER_SLACK_S
+        self.next_at = now + self.every_s - _TIMER_SLACK_S
         seq = cs.pending_ack()
         if seq is None:
             return None
@@ -182,8 +182,10 @@ class PlaybackDuty:
         out: list[Event] | None = None
         if self._live:
             out = self._playback(now)
-        if self.event_acks is not None:
-            ack = self.event_acks.due(now)
+        acks = self.event_acks
+        # the common case (nothing playing, the journal ack not yet due) is two comparisons
+        if acks is not None and (now >= acks.next_at or acks.batch is not None):
+            ack = acks.due(now)
             if ack is not None:
                 if out is None:
                     return [ack]

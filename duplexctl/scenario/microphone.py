@@ -98,6 +98,7 @@ class ScriptedMicrophone:
         on_append = headless.on_append if headless is not None else None
         pacer = self.pacer
         playback = self.playback
+        duty = playback.duty if headless is not None else None
         assembly = self.assembly
         # with nothing to trace, appends go out as pre-formatted text (no dict, no orjson)
         text_only = run.artifacts is None and type(chunk_ms) is int
@@ -136,10 +137,13 @@ class ScriptedMicrophone:
                 run.artifacts.user_audio(chunk.samples, sent)
             if chunk.audio_end_ms >= self._next_mark_ms:
                 await self._marks(chunk.audio_end_ms, sent)
-            if headless is not None:
+            if duty is not None:  # headless: this loop is the session's only timer
                 now = now_ns()
-                await playback.send_owed(now / NS_PER_S)
-                assembly.expire_unanswered(now)
+                owed = duty.due(now / NS_PER_S)
+                if owed or duty.played_out:
+                    await playback.send(owed)
+                if now >= assembly.next_answer_due_ns:
+                    assembly.expire_unanswered(now)
             if fast and chunk.silent:
                 await asyncio.sleep(chunk_ms / 1000)  # silence flows like a real microphone
 

@@ -12,6 +12,7 @@ has played out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -111,10 +112,15 @@ class ReplayPlayback:
     async def send_owed(self, now_s: float) -> None:
         """Send what the duty says is owed by ``now_s``; finish the turns whose answer has
         played out. Called by the ticker, the headless microphone and the interruptions."""
+        if self.duty is not None:
+            await self.send(self.duty.due(now_s))
+
+    async def send(self, owed: Sequence[dict[str, Any]]) -> None:
+        """Send ``owed`` (what the duty's ``due`` returned); finish the turns whose answer
+        has played out. The headless microphone calls ``due`` itself and comes here only
+        when something is owed: no coroutine per append for nothing."""
         duty = self.duty
-        if duty is None:
-            return
-        owed = duty.due(now_s)
+        assert duty is not None
         for event in owed:
             if await self.run.send(event) is None:
                 duty.unsent(event)
