@@ -21,7 +21,7 @@ from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import CliOptions, resolve
 from duplexctl.scenario.model import BargeIn, Cancel, Drop, Say, Wait
 from duplexctl.server.app import start_server
-from duplexctl.server.config import ServerConfig
+from duplexctl.server.config import Fault, ServerConfig
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
 SHORT = RECORDINGS / "short_ack.wav"
@@ -29,8 +29,8 @@ SHORT = RECORDINGS / "short_ack.wav"
 pytestmark = pytest.mark.timeout(120)
 
 
-def _server() -> ServerConfig:
-    return ServerConfig(host="127.0.0.1", port=0, reply_seconds=1.4, chunk_ms=200)
+def _server(**kw: Any) -> ServerConfig:
+    return ServerConfig(host="127.0.0.1", port=0, reply_seconds=1.4, chunk_ms=200, **kw)
 
 
 class ListSink(Sink):
@@ -73,22 +73,29 @@ def test_mix_is_written_into_the_sessions_own_scenario() -> None:
     assert kept == list(script.scenario.steps)
 
 
-async def test_load_session_speaks_through_the_runner_and_records_itself() -> None:
-    script = build_script([str(SHORT)])
+async def _one_session(
+    files: list[str], mix: str, sink: ListSink, server: ServerConfig
+) -> SessionRecord:
+    """One LoadSession of ``files`` (commit lane) against an in-process server."""
+    script = build_script(files)
     config = resolve(CliOptions(turn_detection="none"), script.scenario.settings)
-    sink = ListSink()
-    async with await start_server(_server()) as srv:
+    async with await start_server(server) as srv:
         session = LoadSession(
             url=srv.url,
             config=config,
             script=script,
             record=SessionRecord(worker=0, index=0, attempt=1),
             sink=sink,
-            mix=Mix.parse("cancel=1"),
+            mix=Mix.parse(mix),
             rng=random.Random(1),
             appends=AppendCache(),
         )
-        rec = await session.run()
+        return await session.run()
+
+
+async def test_load_session_speaks_through_the_runner_and_records_itself() -> None:
+    sink = ListSink()
+    rec = await _one_session([str(SHORT)], "cancel=1", sink, _server())
     assert sink.finished == [rec] and len(sink.admitted) == 1
     assert rec.admission == "admitted" and rec.closed_cleanly
     assert rec.end_reason == "script_done"
@@ -100,3 +107,17 @@ async def test_load_session_speaks_through_the_runner_and_records_itself() -> No
     assert record.outcome == "cancelled" and times.barge is not None
     assert {"cancel_ack_ms", "heard_ms", "heard_stop_ms"} <= set(record.figures)
     assert sink.audio_ms == pytest.approx(record.figures["audio_ms"].value)
+
+
+async def test_load_session_records_the_servers_drops_for_the_load_report() -> None:
+    """The fields load's summary and --slo read (issue 17.4): drops, resumes, resume_ms,
+    and the per-turn drops/resumes figures, against a server that drops every connection."""
+    sink = ListSink()
+    server = _server(faults=[Fault("drop-after", 23.0)])
+    rec = await _one_session([str(SHORT), str(SHORT)], "", sink, server)
+    assert rec.drops >= 1 and rec.resumes == rec.drops
+    assert len(rec.resume_ms) == rec.resumes and min(rec.resume_ms) > 0
+    assert rec.to_json(0.0)["drops"] == rec.drops
+    turn_drops = sum(r.value("drops") for r, _times in sink.turns)
+    assert turn_drops == rec.drops
+    assert all(r.outcome == "spoke" or r.reason for r, _times in sink.turns)

@@ -165,8 +165,9 @@ def test_failed_expectation_is_1(server: str, tmp_path: Path) -> None:
     assert "1 expectation(s) failed" in err
 
 
-def test_ctrl_c_stops_saves_and_closes(server: str, tmp_path: Path) -> None:
-    out = tmp_path / "run"
+def _replay_interrupted(server: str, out: Path, *inputs: str) -> tuple[int, str, str]:
+    """A real ``duplexctl replay`` process, sent SIGINT while its first answer plays;
+    (return code, stdout, stderr)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [
@@ -174,9 +175,7 @@ def test_ctrl_c_stops_saves_and_closes(server: str, tmp_path: Path) -> None:
             "-m",
             "duplexctl",
             "replay",
-            str(RECORDINGS / "short_ack.wav"),
-            str(RECORDINGS / "count.wav"),
-            str(RECORDINGS / "hello.wav"),
+            *inputs,
             "--url",
             server,
             "--turn-detection",
@@ -197,11 +196,24 @@ def test_ctrl_c_stops_saves_and_closes(server: str, tmp_path: Path) -> None:
         time.sleep(0.1)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
-    _stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130, stderr.decode()
-    assert b"interrupted" in stderr
+    stdout, stderr = proc.communicate(timeout=30)
+    return proc.returncode, stdout.decode(), stderr.decode()
+
+
+def test_ctrl_c_stops_saves_and_closes(server: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code, _stdout, stderr = _replay_interrupted(
+        server,
+        out,
+        str(RECORDINGS / "short_ack.wav"),
+        str(RECORDINGS / "count.wav"),
+        str(RECORDINGS / "hello.wav"),
+    )
+    assert code == 130, stderr
+    assert "interrupted" in stderr
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "interrupted" and report["exit_code"] == 130
+    events = out / "events.jsonl"
     lines = [json.loads(x) for x in events.read_text().splitlines()]
     closed = [x for x in lines if x["dir"] == "recv" and x["type"] == "session.closed"]
     assert closed and closed[0]["event"]["reason"] == "client_close"  # the server saw session.close
@@ -211,3 +223,21 @@ def test_ctrl_c_stops_saves_and_closes(server: str, tmp_path: Path) -> None:
         _data, rate = sf.read(wav)
         assert rate == 24000
     assert not list(out.glob("*in_progress*"))
+
+
+def test_ctrl_c_lists_steps_never_reached_as_not_reached(server: str, tmp_path: Path) -> None:
+    """issue 17.6: expectations of steps the run never reached are "not reached", never
+    failures of "turn None"."""
+    scenario = tmp_path / "three.toml"
+    wait = '[[step]]\naction = "wait"\nexpect = { outcome = "spoke", ttfa_ms = "<5000" }\n'
+    say = f'[[step]]\naction = "say"\nfile = "{RECORDINGS / "short_ack.wav"}"\n'
+    scenario.write_text((say + wait) * 3)
+    out = tmp_path / "run"
+    code, stdout, stderr = _replay_interrupted(server, out, str(scenario))
+    assert code == 130, stderr
+    expectations = json.loads((out / "report.json").read_text())["expectations"]
+    assert expectations["failed"] == [], expectations
+    not_reached = expectations["not_reached"]
+    assert {n["step"] for n in not_reached} >= {4, 6}  # the later waits never ran
+    assert all(n["name"] in ("outcome", "ttfa_ms") for n in not_reached)
+    assert "not reached" in stdout and "turn None" not in stdout

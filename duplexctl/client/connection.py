@@ -11,8 +11,10 @@ owns sockets, time and tasks. What it adds, and why:
   advertised limit), any other error :class:`HandshakeFailed`, a refused/timed-out socket
   :class:`OpenFailed`; all are ``errors.ServerUnreachable`` (exit code 3) and carry the
   metrics.md ``admission`` outcome and ``time_to_reject_ms`` for load.
-* **Journal hygiene**: ``session.event_ack`` for processed sequenced events, batched (every
-  ``ack_batch`` events or ``ack_interval_s``), so the server's 8 MiB replay journal is trimmed;
+* **Journal hygiene**: ``session.event_ack`` for processed sequenced events when
+  :class:`~duplexctl.protocol.playback_duty.EventAckDuty` says one is owed (every
+  ``ack_batch`` events or ``ack_interval_s``), so the server's 8 MiB replay journal is trimmed
+  — unless ``event_acks`` is off because the caller's PlaybackDuty sends them (replay, talk);
   ``session.heartbeat`` when nothing was sent for ``heartbeat_s`` so idle sessions survive.
 * **Resume** on a new socket (token rotation and replay de-dup are ClientSession's): bounded
   retries with jittered exponential backoff; the fatal codes (``names.FATAL_RESUME_CODES`` and
@@ -76,10 +78,9 @@ from duplexctl.protocol.client_state import (
     SessionResumed,
 )
 from duplexctl.protocol.errors import WireError
+from duplexctl.protocol.playback_duty import EventAckDuty
 from duplexctl.protocol.settings import SessionSettings
-
-MiB: Final = 1024 * 1024
-
+from duplexctl.units import MiB
 
 # --------------------------------------------------------------------------------------------
 # Errors (all exit code 3: the server could not be reached or refused the session)
@@ -199,6 +200,8 @@ class ConnectionOptions:
     close_timeout_s: float = 10.0  # wait for session.closed
     max_size: int = 64 * MiB  # some server events exceed websockets' 1 MiB default
     queue_happenings: bool = True  # False: listeners only (load, to bound memory)
+    # False: the caller's PlaybackDuty sends session.event_ack (one decision, one sender)
+    event_acks: bool = True
 
 
 def with_autostart_off(url: str) -> str:
@@ -255,6 +258,12 @@ class DuplexConnection:
         self._closed_event = asyncio.Event()
         self._last_send_ns = time.monotonic_ns()
         self._heartbeats_sent: list[int] = []
+        opts = self.options
+        self._event_acks = (
+            EventAckDuty(session, every_s=opts.ack_interval_s, batch=opts.ack_batch)
+            if opts.event_acks
+            else None
+        )
         self.undecodable_frames = 0
         self.listener_errors: list[Exception] = []  # exceptions raised by listeners
 
@@ -449,12 +458,9 @@ class DuplexConnection:
 
     def _on_message(self, raw: Message, recv_ns: int) -> None:
         self._digest(raw, recv_ns)
-        session = self.session
-        pending = session.pending_ack()
-        if pending is not None and pending - session.acked_seq >= self.options.ack_batch:
-            ws = self._ws
-            if ws is not None:
-                self._send_ack(ws)
+        ws = self._ws
+        if self._event_acks is not None and ws is not None:
+            self._send_ack(ws, recv_ns / 1e9)
 
     def _on_close(self, ws: WebSocket) -> None:
         if self._ws is ws:
@@ -603,26 +609,29 @@ class DuplexConnection:
         """Send ``playback.ack`` (``played_ms`` from the playback clock, not from bytes)."""
         return await self.send(self.session.playback_ack(response_id, played_ms, committed_ms))
 
-    def _send_ack(self, ws: WebSocket) -> None:
-        seq = self.session.pending_ack()
-        if seq is None:
+    def _send_ack(self, ws: WebSocket, now: float) -> None:
+        """Send the ``session.event_ack`` the duty says is owed at ``now`` (s), if any."""
+        duty = self._event_acks
+        event = duty.due(now) if duty is not None else None
+        if event is None:
             return
         try:
-            ws.send(codec.dumps(self.session.event_ack(seq)))
+            ws.send(codec.dumps(event))
         except ConnectionClosed:
+            duty.unsent()  # type: ignore[union-attr]
             return
-        self.session.mark_acked(seq)
         self._last_send_ns = time.monotonic_ns()
 
     async def _maintain(self) -> None:
-        """Batched event acks and idle heartbeats, for as long as the connection lives."""
+        """Event acks (when this connection sends them) and idle heartbeats, for as long as
+        the connection lives."""
         opts = self.options
         while not self._finished:
             await asyncio.sleep(opts.ack_interval_s)
             ws = self._ws
             if ws is None or self._closing or self.session.ended:
                 continue
-            self._send_ack(ws)
+            self._send_ack(ws, time.monotonic())
             idle_s = (time.monotonic_ns() - self._last_send_ns) / 1e9
             if opts.heartbeat_s is not None and idle_s >= opts.heartbeat_s:
                 with contextlib.suppress(ConnectionLostError):

@@ -29,12 +29,17 @@ import numpy as np
 from duplexctl.load.session import SessionRecord, Sink
 from duplexctl.report.slices import TimeSlicer, Windows
 from duplexctl.report.tally import RunTally
-from duplexctl.report.turns import NS_PER_MS, TurnRecord, TurnTimes
+from duplexctl.report.turns import TurnRecord, TurnTimes
+from duplexctl.units import NS_PER_MS, NS_PER_S
 
-NS: Final = 1_000_000_000
 #: Per-turn counts: summed over the run, not put into histograms.
 SUMMED: Final = frozenset(
     {"underruns", "replayed_events", "duplicates_dropped", "seq_gaps", "heard_ms", "audio_ms"}
+)
+#: Per-turn figures taken elsewhere: drops and resumes are counted per session, and every
+#: resume's times come through :meth:`Recorder.resumed` (a turn's figures hold only its last).
+NOT_FROM_TURNS: Final = frozenset(
+    {"drops", "resumes", "resume_ms", "reconnect_ms", "resume_handshake_ms"}
 )
 RENAMED: Final = {"rtf_vllm_omni": "rtf_omni"}
 LIVE_WINDOW_S: Final = 10.0
@@ -165,10 +170,10 @@ class Recorder(RunTally, Sink):
 
     def turn(self, record: TurnRecord, times: TurnTimes, session: SessionRecord) -> None:
         t_ns = times.t_eos or times.t_speech_start or time.monotonic_ns()
-        t = self._clip(t_ns / NS)
+        t = self._clip(t_ns / NS_PER_S)
         figures: dict[str, float | None] = {}
         for name, fig in record.figures.items():
-            if name in SUMMED or name == "chunk_gap_ms":
+            if name in SUMMED or name in NOT_FROM_TURNS or name == "chunk_gap_ms":
                 continue
             if isinstance(fig.value, (int, float)) and not isinstance(fig.value, bool):
                 figures[RENAMED.get(name, name)] = float(fig.value)
@@ -205,7 +210,7 @@ class Recorder(RunTally, Sink):
             self._turns_file.write(json.dumps(line) + "\n")
 
     def resumed(self, t: float, figures: dict[str, float | None]) -> None:
-        """An unplanned drop's resume (a scripted one comes with its turn)."""
+        """One resume's times (``resume_ms``, ``reconnect_ms``, ``resume_handshake_ms``)."""
         t = self._clip(t)
         for name, value in figures.items():
             self._slicer.add_figure(t, name, value)

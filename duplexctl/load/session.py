@@ -46,8 +46,8 @@ from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import BargeIn, Cancel, Drop, Scenario, Step, Wait
 from duplexctl.scenario.runner import Headless, Replay
+from duplexctl.units import NS_PER_MS, NS_PER_S
 
-NS: Final = 1_000_000_000
 #: Offset of a mix interruption after the answer's first audio.
 MIX_AFTER_MS: Final = 500.0
 MIX_RESUME_AFTER_MS: Final = 500.0
@@ -97,6 +97,7 @@ class SessionRecord:
     resume_failures: int = 0
     resume_ms: list[float] = field(default_factory=list)  # each successful resume
     resume_outcomes: dict[str, int] = field(default_factory=dict)
+    unanswered_turns: int = 0  # turns given up on as no_response (errors no_response)
     behaviours: dict[str, int] = field(default_factory=dict)
     unanswered_interruptions: int = 0
 
@@ -154,6 +155,10 @@ def with_mix(
         steps.extend(added)
         begins.extend([behaviour] + [None] * (len(added) - 1))
     return dataclasses.replace(scenario, steps=tuple(steps)), begins
+
+
+def _ms_between(start_ns: int | None, end_ns: int | None) -> float | None:
+    return None if start_ns is None or end_ns is None else (end_ns - start_ns) / NS_PER_MS
 
 
 class UnplannedDrops:
@@ -282,35 +287,38 @@ class LoadSession:
         rec.admission = "admitted"
         rec.session_id = conn.session.session_id
         rec.connect_ms, rec.handshake_ms = t.connect_ms, t.handshake_ms
-        rec.t_created = (t.t_created_ns or time.monotonic_ns()) / NS
+        rec.t_created = (t.t_created_ns or time.monotonic_ns()) / NS_PER_S
         conn.add_listener(self._unplanned.see)
         self.sink.session_admitted(rec, conn.session.capabilities)
 
     def _count_resumes(self, runner: Replay) -> None:
-        """Drops and resumes of this session; unplanned resumes' times to the sink (scripted
-        ones reach it with their turn, as ``resume_ms`` of that turn)."""
-        rec, conn = self.record, runner.conn
-        assert conn is not None
-        rec.unplanned_drops = self._unplanned.count
-        rec.drops = rec.unplanned_drops + len(runner.resumes)
-        outcomes: Counter[str] = Counter()
-        for r in conn.timings.resumes:
-            outcome = r.outcome or "pending"
-            outcomes[outcome] += 1
-            if outcome == "resumed" and r.resume_ms is not None:
-                rec.resume_ms.append(round(r.resume_ms, 3))
-            if r.automatic and r.t_resumed_ns is not None:
-                self.sink.resumed(
-                    r.t_resumed_ns / NS,
-                    {
-                        "resume_ms": r.resume_ms,
-                        "reconnect_ms": r.reconnect_ms,
-                        "resume_handshake_ms": r.resume_handshake_ms,
-                    },
-                )
+        """Drops and resumes of this session. The runner keeps one record per drop, scripted
+        or the server's own, with its resume's outcome and times; a loss that could not even
+        start a resume leaves none, so unplanned losses are counted from the connection too.
+        Every resume's times go to the sink here (a turn's figures hold only its last one)."""
+        rec = self.record
+        times = [r.times for _, r in runner.resumes]
+        rec.unplanned_drops = max(self._unplanned.count, sum(t.automatic for t in times))
+        rec.drops = rec.unplanned_drops + sum(not t.automatic for t in times)
+        outcomes = Counter(t.outcome for t in times)
+        if rec.drops > len(times):
+            outcomes["not_attempted"] = rec.drops - len(times)
         rec.resume_outcomes = dict(outcomes)
         rec.resumes = outcomes["resumed"]
-        rec.resume_failures = sum(outcomes.values()) - rec.resumes
+        rec.resume_failures = rec.drops - rec.resumes
+        for t in times:
+            if t.outcome != "resumed" or t.t_resumed is None:
+                continue
+            resume_ms = (t.t_resumed - t.t_drop) / NS_PER_MS
+            rec.resume_ms.append(round(resume_ms, 3))
+            self.sink.resumed(
+                t.t_resumed / NS_PER_S,
+                {
+                    "resume_ms": resume_ms,
+                    "reconnect_ms": _ms_between(t.t_drop, t.t_open),
+                    "resume_handshake_ms": _ms_between(t.t_resume_sent, t.t_resumed),
+                },
+            )
 
     def _closed(
         self, runner: Replay, begins: list[str | None], crash: Exception | None = None
@@ -320,7 +328,7 @@ class LoadSession:
         t = conn.timings
         rec.close_ms = t.close_ms
         rec.closed_cleanly = t.t_closed_ns is not None
-        rec.t_closed = (t.t_closed_ns or time.monotonic_ns()) / NS
+        rec.t_closed = (t.t_closed_ns or time.monotonic_ns()) / NS_PER_S
         rec.t_end = time.monotonic()
         lag = runner.pacer.lag
         rec.appends = lag.count
@@ -340,6 +348,7 @@ class LoadSession:
         rec.errors = dict(errors)
         rec.violations = conn.session.checker.counts()
         self._count_resumes(runner)
+        rec.unanswered_turns = errors.get("no_response", 0)
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
         rec.turns = len(runner.turns)
         rec.turns_cut = runner.unreported_turns

@@ -35,8 +35,8 @@ from duplexctl.protocol import codec, ids
 from duplexctl.protocol.client_state import Happening
 from duplexctl.protocol.errors import parse_error
 from duplexctl.protocol.settings import SessionSettings
+from duplexctl.units import MiB
 
-MiB: Final = 1024 * 1024
 INPUT_RATE: Final = 16000
 CHUNK_MS: Final = 100
 # Frame types that say little about lifecycle bugs; left out of the evidence to keep it short.

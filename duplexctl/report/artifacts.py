@@ -30,8 +30,8 @@ from duplexctl.audio import pcm
 from duplexctl.audio.resample import StreamResampler, resample
 from duplexctl.audio.writers import ConversationWavWriter, WavWriter
 from duplexctl.protocol import codec
+from duplexctl.units import NS_PER_MS
 
-NS_PER_MS: Final = 1_000_000
 _AUDIO_KEYS: Final = frozenset({"audio", "delta"})
 _DATA_URI_MIN: Final = 64  # shorter data: strings are left alone
 # user audio closer than this to where the previous chunk ended is written contiguously:

@@ -29,6 +29,7 @@ _BARGE_COLUMNS: list[tuple[str, str]] = [
     ("post_int_ttfa", "post_interrupt_ttfa_ms"),
 ]
 _RESUME_COLUMNS: list[tuple[str, str]] = [
+    ("drops", "drops"),
     ("resume_ms", "resume_ms"),
     ("replayed", "replayed_events"),
     ("dups", "duplicates_dropped"),
@@ -92,7 +93,7 @@ def _columns(turns: list[dict[str, Any]]) -> list[tuple[str, str]]:
         fig(t, "cancel_ack_ms") is not None or fig(t, "audio_stop_ms") is not None for t in turns
     ):
         cols += _BARGE_COLUMNS
-    if any(fig(t, "resume_ms") is not None for t in turns):
+    if any(fig(t, "drops") or fig(t, "resume_ms") is not None for t in turns):
         cols += _RESUME_COLUMNS
     return cols
 
@@ -117,18 +118,58 @@ def _violation_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def _expectation_lines(report: dict[str, Any]) -> list[str]:
-    failed = report.get("expectations", {}).get("failed", [])
-    checked = report.get("expectations", {}).get("checked", 0)
-    if not checked:
+def _connection_lines(report: dict[str, Any]) -> list[str]:
+    """Drops and resumes, so a server that drops every connection never looks healthy."""
+    conn = report.get("connection")
+    if conn is None:  # a report from before drops were recorded
         return []
-    if not failed:
-        return [f"expectations: {checked} checked, all held"]
-    return [f"expectations: {len(failed)} of {checked} failed"] + [
-        f"  step {f['step']} turn {f['turn']}: {f['name']} = {_fmt(f['actual'])}, "
-        f"expected {f['expected']}"
-        for f in failed
+    drops = conn.get("drops", 0)
+    if not drops:
+        return ["connection: no drops"]
+    scripted = conn.get("scripted_drops", 0)
+    bits = [f"connection: {drops} drop{'s' if drops != 1 else ''}"]
+    if scripted:
+        bits[0] += f" ({scripted} scripted)"
+    bits.append(f"{conn.get('resumes', 0)} resumed")
+    if conn.get("resume_failures"):
+        bits.append(f"{conn['resume_failures']} resume failed")
+    resume_ms = conn.get("resume_ms") or []
+    if resume_ms:
+        bits.append(f"resume_ms max {_fmt(max(resume_ms))}")
+    return [", ".join(bits)]
+
+
+def _unanswered_lines(report: dict[str, Any]) -> list[str]:
+    """Turns that got no answer in time: errors, never silence (issue 16.1)."""
+    lost = [e for e in report.get("errors", []) if e.get("code") == "no_response"]
+    if not lost:
+        return []
+    return [f"errors: {len(lost)} turn(s) without an answer"] + [
+        f"  {e.get('message')}" for e in lost[:20]
     ]
+
+
+def _expectation_lines(report: dict[str, Any]) -> list[str]:
+    exp = report.get("expectations", {})
+    failed = exp.get("failed", [])
+    checked = exp.get("checked", 0)
+    not_reached = exp.get("not_reached", [])
+    lines = []
+    if checked:
+        if not failed:
+            lines.append(f"expectations: {checked} checked, all held")
+        else:
+            lines.append(f"expectations: {len(failed)} of {checked} failed")
+    for f in failed:
+        where = "run" if f.get("step") is None else f"step {f['step']}"
+        if f.get("turn") is not None:
+            where += f" turn {f['turn']}"
+        lines.append(f"  {where}: {f['name']} = {_fmt(f['actual'])}, expected {f['expected']}")
+    if not_reached:
+        steps = sorted({n["step"] for n in not_reached if n.get("step") is not None})
+        where = f" (steps {', '.join(map(str, steps))})" if steps else ""
+        lines.append(f"expectations: {len(not_reached)} not reached{where}: the run stopped first")
+    return lines
 
 
 def plain_lines(report: dict[str, Any]) -> list[str]:
@@ -146,6 +187,8 @@ def plain_lines(report: dict[str, Any]) -> list[str]:
         ]
         bits += [f"{title}={_fmt(fig(t, name))}" for title, name in cols]
         lines.append(" ".join(bits))
+    lines += _connection_lines(report)
+    lines += _unanswered_lines(report)
     lines += _violation_lines(report)
     lines += _expectation_lines(report)
     if report.get("status") == "interrupted":
@@ -187,7 +230,8 @@ def render_table(
             *[_fmt(fig(t, name)) for _, name in cols],
         )
     console.print(table)
-    for line in _violation_lines(report) + _expectation_lines(report):
+    summary = _connection_lines(report) + _unanswered_lines(report)
+    for line in summary + _violation_lines(report) + _expectation_lines(report):
         console.print(line, markup=False, highlight=False)
     if report.get("status") == "interrupted":
         console.print("interrupted: partial results", markup=False)
@@ -215,7 +259,7 @@ def turn_progress_line(turn: dict[str, Any]) -> str:
     bits = [f"turn {turn['index']}: {turn.get('outcome')}"]
     if turn.get("reason"):
         bits.append(f"({turn['reason']})")
-    for name in ("ttfa_ms", "cancel_ack_ms", "resume_ms"):
+    for name in ("ttfa_ms", "cancel_ack_ms", "drops", "resume_ms"):
         value = fig(turn, name)
         if value is not None:
             bits.append(f"{name}={_fmt(value)}")

@@ -1,11 +1,11 @@
-"""Per-turn figures from raw timestamps, exactly as ``shared/metrics.md`` defines them.
+"""Per-turn figures from raw timestamps, exactly as ``docs/metrics.md`` defines them.
 
 Pure: the runner records *when things happened* (:class:`TurnTimes`, monotonic ns) and this
 module turns that into figures, each carrying its ``measurement_origin`` so a number never
 travels without the two points it was measured between. Keeping the arithmetic here, away
 from sockets, lets every definition be tested with hand-made timestamps.
 
-Clock conventions (metrics.md "Clocks"): *send* = the websocket send of a client event
+Clock conventions (docs/metrics.md "Clocks"): *send* = the websocket send of a client event
 returned; *recv* = a server frame was read off the socket, before decoding and de-dup.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-NS_PER_MS: Final = 1_000_000
+from duplexctl.units import NS_PER_MS
 
-# figure name -> measurement_origin (what minus what); the names are metrics.md's
+# figure name -> measurement_origin (what minus what); the names are docs/metrics.md's
 ORIGINS: Final[dict[str, str]] = {
     "ttfa_ms": "recv first non-empty audio delta of the answering response - t_eos "
     "(send of the append carrying the end of user speech); negative = early_start",
@@ -50,6 +50,22 @@ ORIGINS: Final[dict[str, str]] = {
     "< 10 ms apart: the journal replay), duplicates included",
     "duplicates_dropped": "replayed events discarded because their seq was already processed",
     "seq_gaps": "missing server_event_seq numbers across the resume (must be 0)",
+    "drops": "connections lost while this turn was in flight that the client did not close "
+    "(scripted drop steps and the server's own drops; 0 when none)",
+    "resumes": "of those drops, the ones answered by session.resumed (0 when none)",
+}
+# counts that are 0, not missing, on a turn where nothing happened (expectations compare 0)
+COUNT_FIGURES: Final = frozenset({"drops", "resumes"})
+
+# run-wide figures a scenario's top-level ``[expect]`` table may bound (issue 17.4)
+RUN_ORIGINS: Final[dict[str, str]] = {
+    "drops": "connections lost during the run that the client did not close (scripted drop "
+    "steps and the server's own drops)",
+    "resumes": "drops answered by session.resumed",
+    "resume_failures": "drops whose resume failed",
+    "resume_ms": "the longest recv session.resumed - t_drop of the run (0 when no resume)",
+    "unanswered_turns": "turns given up on as no_response: committed, or waited for, without "
+    "an answer within the response timeout",
 }
 
 # expectations may name these (numbers) ...
@@ -89,6 +105,7 @@ class ResumeTimes:
     t_resume_sent: int | None = None
     t_resumed: int | None = None
     outcome: str = "pending"  # resumed | session_resume_expired | resync_required | <code>
+    automatic: bool = False  # the server dropped us and the connection resumed on its own
     replayed_events: int = 0
     duplicates_dropped: int = 0
     seq_gaps: int = 0
@@ -158,7 +175,7 @@ class TurnRecord:
             return getattr(self, name)
         fig = self.figures.get(name)
         if fig is None:
-            return None
+            return 0 if name in COUNT_FIGURES else None
         if isinstance(fig.value, dict):
             return fig.value.get("max")
         return fig.value
@@ -194,7 +211,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def outcome_of(t: TurnTimes) -> str:
-    """metrics.md ``outcome``: spoke, listened, no_response, cancelled, failed."""
+    """docs/metrics.md ``outcome``: spoke, listened, no_response, cancelled, failed."""
     if t.status == "cancelled":
         return "cancelled"
     if t.status == "failed" or (t.error is not None and t.t_done is None):
@@ -267,6 +284,8 @@ def compute_turn(t: TurnTimes, turns_by_index: dict[int, TurnTimes] | None = Non
         figs["replayed_events"] = sum(x.replayed_events for x in t.resumes)
         figs["duplicates_dropped"] = sum(x.duplicates_dropped for x in t.resumes)
         figs["seq_gaps"] = sum(x.seq_gaps for x in t.resumes)
+        figs["drops"] = len(t.resumes)
+        figs["resumes"] = sum(x.outcome == "resumed" for x in t.resumes)
 
     ttfa = figs["ttfa_ms"]
     return TurnRecord(

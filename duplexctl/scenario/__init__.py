@@ -20,6 +20,9 @@ A scenario is a TOML file. Paths are relative to the file. Example (``recordings
     temperature = 0.7               # settings (model, turn_detection …) rank as [settings];
                                     # the rest is sent as is (duplexctl.resolver)
 
+    [expect]                        # bounds on the whole run (see below)
+    drops = 0                       # the server must not drop the connection
+
     [[step]]
     action = "say"                  # speak a file as the next user turn (does not wait)
     file = "hello.wav"
@@ -43,7 +46,8 @@ Actions and their keys (``expect`` is allowed on every step):
 =========== ==================================================================================
 ``say``      ``file`` (required), ``commit`` (bool), ``tail_ms`` (200)
 ``silence``  ``ms`` (required): let the microphone run with silence
-``wait``     ``timeout_s`` (default: the run's response timeout); timeout ⇒ ``no_response``
+``wait``     ``timeout_s`` (default: the run's response timeout); timeout ⇒ ``no_response``,
+             an error of the run (exit 1) unless the answer had ended and is still playing
 ``barge_in`` ``file``, ``after_ms`` (500), ``anchor``, ``interrupt``, ``commit``, ``tail_ms``
 ``cancel``   ``after_ms`` (500), ``anchor``: send ``response.cancel``
 ``drop``     ``after_ms`` (500), ``anchor``, ``resume_after_ms`` (500): kill the socket, resume
@@ -55,8 +59,13 @@ Actions and their keys (``expect`` is allowed on every step):
 interrupts): ``outcome`` / ``status`` / ``reason`` take a string or a list (any of); figures
 (``ttfa_ms``, ``cancel_ack_ms``, ``seq_gaps``, … see ``duplexctl.report.turns.ORIGINS``)
 take a number (equality), ``"<N"``, ``"<=N"``, ``">N"``, ``">=N"``, ``"==N"``, ``"!=N"`` or
-``"A..B"``; ``chunk_gap_ms`` compares its max. A list of WAV files instead of a scenario is
-``say`` + ``wait`` per file.
+``"A..B"``; ``chunk_gap_ms`` compares its max; ``drops`` / ``resumes`` (connections lost
+while the turn was in flight, scripted or the server's own) are 0 on a turn without any.
+The top-level ``[expect]`` table bounds the whole run with the same syntax: ``drops``,
+``resumes``, ``resume_failures``, ``resume_ms`` (the slowest) and ``unanswered_turns``
+(``duplexctl.report.turns.RUN_ORIGINS``). Expectations of steps a stopped run never
+finished are reported as not reached, not as failures. A list of WAV files instead of a
+scenario is ``say`` + ``wait`` per file.
 """
 
 from duplexctl.scenario.model import Scenario

@@ -255,6 +255,8 @@ class Scenario:
     settings: Settings = field(default_factory=Settings)
     source: Path | None = None
     description: str = ""
+    # run-wide bounds (top-level ``[expect]``): drops, resumes, … (report/turns.py RUN_ORIGINS)
+    expect: tuple[Expectation, ...] = ()
 
     @property
     def audio_files(self) -> list[Path]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.errors import BadInput
-from duplexctl.report.turns import EXPECTABLE_FIGURES, TEXT_FIELDS
+from duplexctl.report.turns import EXPECTABLE_FIGURES, RUN_ORIGINS, TEXT_FIELDS
 from duplexctl.resolver import SCENARIO_SETTINGS, check_setting
 from duplexctl.scenario.model import (
     ACTIONS,
@@ -36,7 +36,7 @@ from duplexctl.scenario.model import (
 
 SCENARIO_SUFFIXES: Final = (".toml",)
 
-_TOP_KEYS: Final = frozenset({"name", "description", "settings", "session", "step"})
+_TOP_KEYS: Final = frozenset({"name", "description", "settings", "session", "step", "expect"})
 _SETTING_KEYS: Final = SCENARIO_SETTINGS
 # keys each action accepts besides "action" and "expect"
 _STEP_KEYS: Final[dict[str, frozenset[str]]] = {
@@ -120,6 +120,7 @@ def parse_scenario(text: str, path: Path) -> Scenario:
             raise _Problem("no steps: add at least one [[step]] table")
         if not isinstance(raw_steps, list) or not all(isinstance(s, dict) for s in raw_steps):
             raise _Problem("'step' must be an array of tables ([[step]])")
+        run_expect = _run_expectations(doc.get("expect", {}))
     except _Problem as exc:
         raise BadInput(f"{path}: {exc}") from None
     steps: list[Step] = []
@@ -129,7 +130,12 @@ def parse_scenario(text: str, path: Path) -> Scenario:
         except _Problem as exc:
             raise BadInput(f"{path}: step {i}: {exc}") from None
     return Scenario(
-        name=name, steps=tuple(steps), settings=settings, source=path, description=description
+        name=name,
+        steps=tuple(steps),
+        settings=settings,
+        source=path,
+        description=description,
+        expect=run_expect,
     )
 
 
@@ -288,6 +294,26 @@ def _expectations(raw: Any) -> tuple[Expectation, ...]:
     out: list[Expectation] = []
     for name, value in raw.items():
         out.append(_expectation(name, value))
+    return tuple(out)
+
+
+def _run_expectations(raw: Any) -> tuple[Expectation, ...]:
+    """The top-level ``[expect]`` table: bounds on run-wide figures (drops, resumes, …)."""
+    if not isinstance(raw, dict):
+        raise _Problem("[expect] must be a table, e.g. [expect] drops = 0")
+    out: list[Expectation] = []
+    for name, value in raw.items():
+        if name not in RUN_ORIGINS:
+            raise _Problem(
+                f"[expect]: unknown run figure {name!r} (expected one of {_list(RUN_ORIGINS)})"
+            )
+        exp = Expectation.parse_number(name, value)
+        if exp is None:
+            raise _Problem(
+                f"[expect]: {name} = {value!r} is not a bound "
+                '(use a number, "<N", "<=N", ">N", ">=N", "==N", "!=N" or "A..B")'
+            )
+        out.append(exp)
     return tuple(out)
 
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from duplexctl.protocol.names import Dialect
-
-MiB = 1024 * 1024
+from duplexctl.units import MiB
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Why local: a server's VAD needs the audio first (one append period on the wire) and then
 its own decision time (vLLM-Omni's Silero barge-in fired ~0.9 s after the interruption
-began, protocol.md §6.3). A listener expects the assistant to stop within a breath, so
+began, docs/protocol.md §6.3). A listener expects the assistant to stop within a breath, so
 ``talk`` decides on the client — the same energy detector as ``audio/vad.py``, tuned for a
 short onset (48 ms of loud audio instead of 96) — and flushes the speaker itself; the
 server is then told what was heard and asked to cancel (or, with ``--barge-in server``,

@@ -8,18 +8,21 @@ Three tasks share one :class:`~duplexctl.client.connection.DuplexConnection`:
 * **happenings** — what the server said: audio deltas go to the output (speaker or
   simulated clock), transcripts to the view, ``response.done`` ends a turn; a cancelled
   ``response.done`` or an ``overlap.decision`` barge-in is a trusted stop signal and flushes.
-* **acks** — every ``ack_interval_ms`` the output's *played* position of each response is
-  sent as ``playback.ack`` (the first as soon as audio starts, a final exact one at the
-  end): the server's playback ledger then reflects what the listener heard, never what was
-  received (metrics.md, protocol.md §6.5).
+* **duty** — sends what :class:`~duplexctl.protocol.playback_duty.PlaybackDuty` says the
+  client owes, fed with the output's *played* position of each response: ``playback.ack``
+  (0 at the first delta, every ``ack_interval_ms`` played, a final exact one at the end),
+  the heard position after an interruption, ``session.event_ack``. The server's playback
+  ledger then reflects what the listener heard, never what was received (docs/metrics.md,
+  docs/protocol.md §6.5); replay and load send exactly the same for the same timeline.
 
-Barge-in, in the order that keeps the server's history honest (protocol.md §6.3-6.5, §7.3):
-the local detector fires → the output is flushed at once (sound stops; the heard position is
-frozen from the device clock) → ``playback.ack`` with that position (the server cuts history
-at the last acknowledged position when it cancels) → ``response.cancel`` in ``client`` mode
-(``server`` mode leaves the cancel to server VAD) → after the cancelled ``response.done``,
-``conversation.item.truncate`` with the same heard position. Each step is skipped when the
-server's capabilities say it is unsupported, never by model name.
+Barge-in, in the order that keeps the server's history honest (docs/protocol.md §6.3-6.5,
+§7.3): the local detector fires → the output is flushed at once (sound stops; the heard
+position is frozen from the device clock) → the duty's ``playback.ack`` with that position
+(the server cuts history at the last acknowledged position when it cancels) →
+``response.cancel`` in ``client`` mode (``server`` mode leaves the cancel to server VAD) →
+after the cancelled ``response.done``, the duty's ``conversation.item.truncate`` with the
+same heard position. What the server's capabilities say it does not support is not sent
+(the duty's rule), never decided by model name.
 
 Every exit path — ``--duration``, ``q``, Ctrl-C, a lost connection — stops the input, silences
 the output, sends ``session.close`` and finishes the ``--record`` files. Ctrl-C is handled as a
@@ -52,7 +55,6 @@ from duplexctl.client.connection import (
     HandshakeFailed,
 )
 from duplexctl.errors import DuplexctlError, MissingDependency, ServerUnreachable
-from duplexctl.protocol import ids
 from duplexctl.protocol.client_state import (
     AudioDelta,
     Committed,
@@ -71,6 +73,7 @@ from duplexctl.protocol.client_state import (
     TextDelta,
     TranscriptDelta,
 )
+from duplexctl.protocol.playback_duty import PlaybackDuty
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.report.turns import BargeTimes, Delta, Figure, TurnRecord, TurnTimes, compute_turn
 from duplexctl.talk.barge import BargeInDetector, Onset
@@ -78,8 +81,8 @@ from duplexctl.talk.config import TalkConfig
 from duplexctl.talk.inputs import FileInput, InputSource, MicInput
 from duplexctl.talk.output import DeviceOutput, Output, SimulatedOutput
 from duplexctl.talk.view import View, make_view
+from duplexctl.units import NS_PER_S
 
-NS: Final = 1_000_000_000
 # errors that are the expected echo of our own races (cancel after the answer ended, an ack
 # or truncate for a reply the server already released): not worth the user's attention
 QUIET_ERRORS: Final = frozenset(
@@ -99,7 +102,7 @@ LOCAL_STOP_ORIGIN: Final = (
 
 
 def _ns(t: float) -> int:
-    return int(t * NS)
+    return int(t * NS_PER_S)
 
 
 def _dbfs(samples: np.ndarray) -> float:
@@ -120,13 +123,15 @@ class Utterance:
 
     onset_ms: float
     end_ms: float | None = None
-    t_eos_ns: int | None = None  # send of the append reaching end_ms (metrics.md t_eos)
+    t_eos_ns: int | None = None  # send of the append reaching end_ms (docs/metrics.md t_eos)
     claimed: bool = False
 
 
 @dataclass(slots=True)
-class BargeIn:
-    """One interruption of playback, as talk saw it (printed, and kept in report.json)."""
+class Interruption:
+    """One interruption of playback, as talk saw it (printed, and kept in report.json).
+
+    Not a scenario's ``BargeIn`` step: this records what happened, whoever caused it."""
 
     kind: str  # speech (local detector) | key (c) | server (a stop signal from the server)
     response_ids: list[str]
@@ -168,11 +173,8 @@ class ResponseState:
     got_audio: bool = False
     flushed: bool = False
     heard_ms: float | None = None
-    last_ack_ms: float | None = None
-    truncate_pending: bool = False
-    truncated: bool = False
     finalized: bool = False
-    barge: BargeIn | None = None
+    barge: Interruption | None = None
 
 
 @dataclass(slots=True)
@@ -184,8 +186,25 @@ class TalkResult:
     error: DuplexctlError | None = None
     session_id: str | None = None
     turns: list[TurnRecord] = field(default_factory=list)
-    barge_ins: list[BargeIn] = field(default_factory=list)
+    barge_ins: list[Interruption] = field(default_factory=list)
     record_dir: Path | None = None
+
+
+class OutputPosition:
+    """One response's playback position as the output reports it (a speaker's DAC clock, or
+    the simulated clock): what the playback duty acknowledges."""
+
+    __slots__ = ("output", "response_id")
+
+    def __init__(self, output: Output, response_id: str) -> None:
+        self.output = output
+        self.response_id = response_id
+
+    def played_ms(self, now: float) -> float:
+        return self.output.played_ms(self.response_id)
+
+    def end_time(self) -> float | None:
+        return self.output.end_time(self.response_id)
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,7 +227,8 @@ class TalkSession:
         self.responses: dict[str, ResponseState] = {}
         self.turns: list[TurnTimes] = []
         self.records: list[TurnRecord] = []
-        self.barge_ins: list[BargeIn] = []
+        self.barge_ins: list[Interruption] = []
+        self.duty: PlaybackDuty | None = None
         self.utterances: list[Utterance] = []
         self.appends: deque[tuple[float, float, int]] = deque(maxlen=20_000)
         self._waiting: list[tuple[float, bool, Callable[[int], None]]] = []
@@ -275,7 +295,7 @@ class TalkSession:
     async def _open_connection(self, url: str) -> DuplexConnection:
         c = self.config
         wanted = "none" if c.turn_detection == "none" else "server_vad"
-        options = ConnectionOptions()
+        options = ConnectionOptions(event_acks=False)  # the playback duty sends them
         settings = self._build_settings(wanted)
         try:
             conn = await DuplexConnection.open(
@@ -365,6 +385,7 @@ class TalkSession:
                 stack.callback(self._close_record)
             conn = await self._open_connection(url)
             self.conn = conn
+            self.duty = PlaybackDuty(conn.session, ack_every_ms=c.ack_interval_ms)
             stack.push_async_callback(self._close_connection)
             self._choose_mode(conn)
             self.view.set_state(
@@ -630,7 +651,7 @@ class TalkSession:
         active = self.conn.session.active_response_id
         if not heard and (kind != "key" or active is None):
             return
-        barge = BargeIn(kind, sorted(heard), heard, t_flush, onset)
+        barge = Interruption(kind, sorted(heard), heard, t_flush, onset)
         self.barge_ins.append(barge)
         for rid, ms in heard.items():
             self._mark_flushed(rid, ms, t_flush, barge)
@@ -647,8 +668,7 @@ class TalkSession:
                 + ", ".join(f"{v:.0f} ms" for v in heard.values())
             )
         self.view.set_state(state="interrupted" if kind != "server" else "cancelled by server")
-        for rid, ms in heard.items():
-            await self._ack(rid, ms)
+        await self._send_owed(time.monotonic())  # the heard position, before any cancel
         cancel = kind == "key" or (kind == "speech" and self.config.barge_in == "client")
         targets = [r for r in heard if not self.conn.session.responses[r].done]
         if cancel and active is not None and active not in targets:
@@ -662,10 +682,8 @@ class TalkSession:
                     st = self.responses.get(rid)
                     if st is not None:
                         st.turn.barge = BargeTimes("cancel", sent)
-        for rid in heard:
-            await self._maybe_truncate(rid)
 
-    def _set_t_bi(self, rid: str, u_ms: float, barge: BargeIn) -> None:
+    def _set_t_bi(self, rid: str, u_ms: float, barge: Interruption) -> None:
         st = self.responses.get(rid)
 
         def resolved(sent: int) -> None:
@@ -675,7 +693,7 @@ class TalkSession:
 
         self._when_sent(u_ms, carrying=True, callback=resolved)
 
-    def _mark_flushed(self, rid: str, heard_ms: float, t_flush: float, barge: BargeIn) -> None:
+    def _mark_flushed(self, rid: str, heard_ms: float, t_flush: float, barge: Interruption) -> None:
         st = self.responses.get(rid)
         if st is None:
             return
@@ -684,34 +702,20 @@ class TalkSession:
         st.heard_ms = heard_ms
         st.heard_buf.clear()
         st.barge = barge
-        st.truncate_pending = True
         st.turn.heard_ms = heard_ms
         st.turn.playback_end = _ns(t_flush)
+        if self.duty is not None:
+            self.duty.interrupted(rid, heard_ms)
 
-    async def _ack(self, rid: str, played_ms: float) -> None:
-        assert self.conn is not None
-        if self.caps.get("supports_playback_ack") is False:
+    async def _send_owed(self, now: float) -> None:
+        """Send what the playback duty says the client owes the server at ``now``."""
+        duty = self.duty
+        if duty is None:
             return
-        st = self.responses.get(rid)
-        if st is not None:
-            st.last_ack_ms = played_ms
-        await self._send(self.conn.session.playback_ack(rid, played_ms))
-
-    async def _maybe_truncate(self, rid: str) -> None:
-        """conversation.item.truncate at the heard position, once the response has ended
-        (protocol.md §7.3/7.4: the truncate follows the cancelled response.done)."""
-        assert self.conn is not None
-        st = self.responses.get(rid)
-        track = self.conn.session.responses.get(rid)
-        if st is None or track is None or not st.truncate_pending or not track.done:
-            return
-        st.truncate_pending = False
-        if self.caps.get("supports_audio_truncate") is False or st.heard_ms is None:
-            return
-        sent = await self._send(
-            self.conn.session.item_truncate(ids.assistant_item_id(rid), st.heard_ms)
-        )
-        st.truncated = sent is not None
+        for event in duty.due(now):
+            if await self._send(event) is None:
+                duty.unsent(event)
+        duty.played_out.clear()  # talk finishes its turns from the output (_progress)
 
     # -- happenings --------------------------------------------------------------------------
 
@@ -816,7 +820,8 @@ class TalkSession:
             return
         st = self._state_for(h.response_id)
         turn = st.turn
-        if turn.t_eos is None and not st.got_audio:
+        first = not st.got_audio
+        if turn.t_eos is None and first:
             turn.t_eos = self._claim_eos()
         turn.deltas.append(Delta(h.recv_ns, h.audio_end_ms - h.audio_start_ms))
         st.got_audio = True
@@ -830,6 +835,9 @@ class TalkSession:
                 st.resampler = StreamResampler(h.sample_rate_hz, self.output.rate)
             samples = st.resampler.process(samples)
         self.output.enqueue(h.response_id, samples)
+        if first and self.duty is not None:
+            self.duty.playing(h.response_id, OutputPosition(self.output, h.response_id))
+            self._ack_wakeup.set()
         if self.artifacts is not None:
             st.heard_buf.append(samples)
         self.view.set_state(state="assistant is speaking")
@@ -848,12 +856,11 @@ class TalkSession:
         self.view.response_finished(h.response_id, h.status, text)
         if h.status == "cancelled" and not st.flushed:
             await self._interrupt("server")  # the first trusted stop signal
-        if st.flushed:
-            await self._maybe_truncate(h.response_id)
+        await self._send_owed(time.monotonic())  # a truncate follows the cancelled done
         self._ack_wakeup.set()
 
     def _on_started(self, rid: str, t0: float) -> None:
-        """The output started playing ``rid`` (P0): ack at once (protocol.md §6.5)."""
+        """The output started playing ``rid`` (P0): its figures start here."""
         st = self.responses.get(rid)
         if st is not None:
             st.turn.p0 = _ns(t0)
@@ -869,14 +876,17 @@ class TalkSession:
                 async with asyncio.timeout(interval):
                     await self._ack_wakeup.wait()
             self._ack_wakeup.clear()
-            now = time.monotonic()
-            for st in list(self.responses.values()):
-                if st.finalized:
-                    continue
-                await self._progress(st, now)
+            await self._service(time.monotonic())
 
-    async def _progress(self, st: ResponseState, now: float) -> None:
-        """Ack what has played, write it to the recording, finish the turn when over."""
+    async def _service(self, now: float) -> None:
+        """What the loop does at ``now``: send what is owed, then advance every turn."""
+        await self._send_owed(now)
+        for st in list(self.responses.values()):
+            if not st.finalized:
+                self._progress(st, now)
+
+    def _progress(self, st: ResponseState, now: float) -> None:
+        """Write what has played to the recording, finish the turn when over."""
         assert self.output is not None and self.conn is not None
         rid = st.rid
         track = self.conn.session.responses.get(rid)
@@ -893,10 +903,8 @@ class TalkSession:
             played = self.output.played_ms(rid)
             over = done and end is not None and end <= now
             if over and track is not None:
-                played = max(played, track.audio_ms)  # it all played: the final exact ack
+                played = max(played, track.audio_ms)  # it all played
             self._write_heard(st, played)
-            if st.turn.p0 is not None and (st.last_ack_ms is None or played > st.last_ack_ms):
-                await self._ack(rid, played)
             if over:
                 st.turn.heard_ms = played
                 st.turn.playback_end = _ns(end) if end is not None else None

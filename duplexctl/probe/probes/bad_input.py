@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from duplexctl.audio import pcm
-from duplexctl.probe.context import MiB, ProbeContext
+from duplexctl.probe.context import ProbeContext
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
 from duplexctl.protocol import ids
 from duplexctl.protocol.errors import parse_error
+from duplexctl.units import MiB
 
 # Just over vLLM-Omni's 15 MiB event limit and under the 16 MiB websocket message limit, so
 # the server's own check (event_too_large, socket stays open) answers, not the websocket

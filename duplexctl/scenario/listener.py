@@ -1,0 +1,257 @@
+"""Replay's listener: what the server said, at receive time, onto the turns.
+
+Called by the connection for every happening (synchronously, in the socket's receive path,
+so it stays quick): assigns responses to turns, feeds each answer's playback clock, flushes
+on the first trusted stop signal (a cancelled ``response.done``), starts the answer clock of
+a committed turn (the server's ``speech_stopped`` / ``committed``), records errors, logs the
+wire trace, and keeps the record of every drop and resume — the scripted ones (a ``drop``
+step) and the ones the server caused, which the connection resumes by itself and which
+would otherwise look healthy (issue 17.4).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from duplexctl.client.connection import ConnectionLost
+from duplexctl.protocol.client_state import (
+    AudioDelta,
+    Committed,
+    ErrorReceived,
+    Happening,
+    Listen,
+    ResponseCreated,
+    ResponseDone,
+    SessionClosed,
+    SessionExpired,
+    SessionResumed,
+    SpeechStopped,
+)
+from duplexctl.report.turns import ResumeTimes
+from duplexctl.scenario.assembly import TurnAssembly
+from duplexctl.scenario.model import TurnEnd
+from duplexctl.scenario.playback import ReplayPlayback
+from duplexctl.scenario.state import LiveTurn, PendingResume, RunState
+from duplexctl.units import NS_PER_MS, NS_PER_S
+
+BURST_GAP_NS: Final = 10 * NS_PER_MS  # frames closer than this after session.resumed = the replay
+# errors that concern playback bookkeeping, not whether a turn was answered
+_NOT_TURN_ERRORS: Final = frozenset(
+    {
+        "playback_item_not_found",
+        "playback_item_mismatch",
+        "playback_ack_too_late",
+        "item_not_found",
+        "response_not_active",
+    }
+)
+
+
+class Listener:
+    """The receive side of a run (see the module docstring)."""
+
+    def __init__(self, run: RunState, playback: ReplayPlayback, assembly: TurnAssembly) -> None:
+        self.run = run
+        self.playback = playback
+        self.assembly = assembly
+        self._log_buffer: list[Happening] | None = []  # recv during open, before the send line
+        # the model decides when to answer: a commit does not oblige it to (docs §6.1)
+        self._commits_oblige = run.config.end_mode is not TurnEnd.MODEL
+
+    def on_happening(self, h: Happening) -> None:
+        try:
+            self._handle(h)
+        except Exception as exc:  # never break the connection's reader
+            self.run.problems.append(f"internal error handling {h.type}: {exc!r}")
+
+    def flush_open_log(self) -> None:
+        """Write the opening session.update, then what was received during the handshake."""
+        run = self.run
+        buffered, self._log_buffer = self._log_buffer or [], None
+        if run.artifacts is None:
+            return
+        conn = run.conn
+        t_sent = conn.timings.t_update_sent_ns if conn is not None else None
+        update = {"type": "session.update", "session": run.config.settings.to_session_object()}
+        run.artifacts.event("send", t_sent or run.origin_ns, update)
+        for h in buffered:
+            self._log_recv(h)
+
+    def _handle(self, h: Happening) -> None:
+        run = self.run
+        if self._log_buffer is not None:
+            self._log_buffer.append(h)
+        elif run.artifacts is not None:
+            self._log_recv(h)
+        if run.resumes:
+            self._count_burst(h)
+        if isinstance(h, AudioDelta):  # the most frequent, so first (the types exclude each other)
+            self._audio(h)
+        elif isinstance(h, ResponseCreated):
+            run.assign(h.response_id)
+            if run.artifacts is not None:
+                run.artifacts.response_started(h.response_id, run.config.settings.output_rate)
+        elif isinstance(h, ResponseDone):
+            self._response_done(h)
+        elif isinstance(h, Listen) and h.response_id is not None:
+            turn = run.by_response.get(h.response_id)
+            if turn is not None:
+                turn.listened = True
+        elif isinstance(h, SpeechStopped):
+            turn = run.awaiting(need_eos=True)
+            if turn is not None:
+                if turn.times.t_speech_stopped is None:
+                    turn.times.t_speech_stopped = h.recv_ns
+                if self._commits_oblige:
+                    self.assembly.committed(turn, h.recv_ns)
+        elif isinstance(h, Committed):
+            self._committed(h)
+        elif isinstance(h, ErrorReceived):
+            self._error(h)
+        elif isinstance(h, (SessionClosed, SessionExpired)):
+            if not run.closing:
+                run.problems.append(f"server ended the session: {h.type} ({h.reason})")
+                run.ended_by = h.type + (f": {h.reason}" if h.reason else "")
+            run.ended.set()
+        elif isinstance(h, ConnectionLost):
+            self._connection_lost(h)
+        elif isinstance(h, SessionResumed):
+            self._resumed(h)
+        if run.headless is None:  # headless, the microphone loop services (no ticker)
+            run.wake.set()
+
+    def _log_recv(self, h: Happening) -> None:
+        artifacts = self.run.artifacts
+        if artifacts is None:
+            return
+        if isinstance(h, ConnectionLost):
+            artifacts.note(h.recv_ns, "connection.lost", reason=h.reason, resuming=h.resuming)
+        else:
+            artifacts.event("recv", h.recv_ns, h.frame)
+
+    # -- answers -----------------------------------------------------------------------------
+
+    def _audio(self, h: AudioDelta) -> None:
+        run = self.run
+        turn = run.assign(h.response_id)
+        self.playback.received(h, turn)
+        if run.artifacts is not None and h.pcm:
+            run.artifacts.response_audio(h.response_id, h.pcm, h.sample_rate_hz)
+        duration = h.audio_end_ms - h.audio_start_ms
+        if duration > 0 and not turn.first_audio.is_set() and turn.frozen_ns is None:
+            turn.first_audio.set()
+        headless = run.headless
+        on_audio = headless.on_audio if headless is not None else None
+        if on_audio is not None and duration > 0:
+            on_audio(h.recv_ns / NS_PER_S, duration)
+
+    def _response_done(self, h: ResponseDone) -> None:
+        run = self.run
+        turn = run.assign(h.response_id)
+        if run.artifacts is not None:
+            run.artifacts.response_finished(h.response_id, h.status or "unknown")
+        if h.status == "cancelled":
+            self.playback.flush(turn, h.recv_ns)  # the first trusted stop signal
+        turn.done.set()
+        if self.playback.answer_over(h.response_id):
+            self.assembly.finish(turn)
+        run.report_dirty = True
+
+    def _committed(self, h: Committed) -> None:
+        run = self.run
+        turn = run.awaiting(need_eos=True)
+        if turn is None:
+            return
+        if h.no_response or h.empty:  # nothing to answer: the turn is over
+            turn.listened = True
+            turn.done.set()
+            self.assembly.finish(turn)
+        elif self._commits_oblige:
+            self.assembly.committed(turn, h.recv_ns)
+
+    def _error(self, h: ErrorReceived) -> None:
+        run = self.run
+        err = h.error
+        run.errors.append({"t_ms": run.t_ms(h.recv_ns), "code": err.code, "message": err.message})
+        turn = run.awaiting(need_eos=False)
+        if turn is not None and err.code not in _NOT_TURN_ERRORS and turn.response_id is None:
+            turn.times.error = err.code
+            if run.headless is not None and h.seq is not None:
+                turn.done.set()  # the server failed the turn: no answer will come
+                self.assembly.finish(turn)
+
+    # -- drops and resumes -------------------------------------------------------------------
+
+    def _connection_lost(self, h: ConnectionLost) -> None:
+        """The socket went away without our asking: record the drop on the turn in flight
+        (the connection resumes by itself), or end the run when it cannot resume."""
+        run = self.run
+        if h.resuming:
+            self.begin_resume(run.in_flight(), h.recv_ns, automatic=True)
+            return
+        pending = self._automatic_pending()
+        if pending is not None:
+            conn = run.conn
+            record = conn.timings.resumes[-1] if conn is not None and conn.timings.resumes else None
+            outcome = record.outcome if record is not None and record.outcome else "failed"
+            pending.times.outcome = outcome if outcome != "resumed" else "failed"
+        run.problems.append(f"connection lost: {h.reason}")
+        run.ended_by = run.ended_by or f"connection lost: {h.reason}"
+        run.ended.set()
+
+    def begin_resume(self, turn: LiveTurn | None, t_drop: int, *, automatic: bool) -> PendingResume:
+        """Open the record of one drop (and of its resume, pending) on ``turn``."""
+        run = self.run
+        cs = run.session
+        r = PendingResume(
+            ResumeTimes(t_drop=t_drop, automatic=automatic),
+            dups_before=cs.duplicates_dropped,
+            gaps_before=cs.seq_gaps,
+        )
+        if run.resumes:  # the previous resume's counting window ends here
+            prev = run.resumes[-1][1]
+            prev.dups_after, prev.gaps_after = cs.duplicates_dropped, cs.seq_gaps
+        run.resumes.append((turn, r))
+        if turn is not None:
+            turn.times.resumes.append(r.times)
+        run.report_dirty = True
+        return r
+
+    def _automatic_pending(self) -> PendingResume | None:
+        run = self.run
+        if not run.resumes:
+            return None
+        r = run.resumes[-1][1]
+        return r if r.times.automatic and r.times.outcome == "pending" else None
+
+    def _resumed(self, h: SessionResumed) -> None:
+        """An automatic resume succeeded: complete its record from the connection's."""
+        pending = self._automatic_pending()
+        conn = self.run.conn
+        if pending is None or conn is None or not conn.timings.resumes:
+            return
+        record = conn.timings.resumes[-1]
+        rt = pending.times
+        rt.outcome = "resumed"
+        rt.t_resumed = h.recv_ns
+        if record.reconnect_ms is not None:
+            rt.t_open = record.t_drop_ns + int(record.reconnect_ms * NS_PER_MS)
+        if record.resume_handshake_ms is not None:
+            rt.t_resume_sent = h.recv_ns - int(record.resume_handshake_ms * NS_PER_MS)
+        rt.t_drop = record.t_drop_ns
+        if self.run.progress is not None and self.run.headless is None:
+            turn = self.run.resumes[-1][0]
+            where = f" during turn {turn.index}" if turn is not None else ""
+            took = (h.recv_ns - rt.t_drop) / NS_PER_MS
+            self.run.progress(f"the server dropped the connection{where}; resumed in {took:.0f} ms")
+
+    def _count_burst(self, h: Happening) -> None:
+        r = self.run.resumes[-1][1]
+        if isinstance(h, SessionResumed):
+            r.burst_last_ns = h.recv_ns
+        elif h.seq is not None and r.burst_last_ns is not None:
+            if h.recv_ns - r.burst_last_ns <= BURST_GAP_NS:
+                r.burst += 1
+                r.burst_last_ns = h.recv_ns
+            else:
+                r.burst_last_ns = None

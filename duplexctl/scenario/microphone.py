@@ -1,0 +1,210 @@
+"""Replay's microphone: appends on the pacer's absolute schedule, and the marks they carry.
+
+Clips queued by steps, silence otherwise — the user's clock never waits for the server. The
+microphone stamps each turn's reference points from the send of the append that carries
+them (``t_speech_start``, ``t_eos``, docs/metrics.md "Clocks"), sends the client commit
+``tail_ms`` after the speech, and at the onset of a barge-in sends the explicit interrupt
+(after telling the server what was heard: flush, the duty's ack, then the event).
+
+Headless (``load``), the loop is also the session's only timer: after each append it sends
+what the playback duty says is owed, at most ``chunk_ms`` late, so a session costs one timer,
+not two. Per append the work is O(1) unless a reference point is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+from duplexctl.audio.pacer import MicQueue, Pacer
+from duplexctl.audio.pacer import Pace as PacerPace
+from duplexctl.report.turns import BargeTimes
+from duplexctl.scenario.assembly import TurnAssembly
+from duplexctl.scenario.clips import AppendCache, SpokenClip
+from duplexctl.scenario.model import Interrupt, Pace, TurnEnd
+from duplexctl.scenario.playback import ReplayPlayback
+from duplexctl.scenario.state import LiveTurn, RunState, now_ns
+from duplexctl.units import NS_PER_S
+
+
+class ScriptedMicrophone:
+    """The send side of a run's user audio (see the module docstring)."""
+
+    def __init__(
+        self,
+        run: RunState,
+        playback: ReplayPlayback,
+        assembly: TurnAssembly,
+        clips: dict[Path, SpokenClip],
+    ) -> None:
+        self.run = run
+        self.playback = playback
+        self.assembly = assembly
+        self.clips = clips
+        config = run.config
+        s = config.settings
+        headless = run.headless
+        self.input_format = s.input_format_canonical
+        appends = headless.appends if headless is not None else None
+        if appends is not None and appends.wire_format != self.input_format:
+            raise ValueError(f"append cache is {appends.wire_format}, not {self.input_format}")
+        self._encode = (appends or AppendCache(self.input_format, limit=0)).encode
+        self.queue = MicQueue(s.input_rate)
+        self.pacer = Pacer(
+            config.chunk_ms,
+            s.input_rate,
+            pace=PacerPace(config.pace.value),
+            source=self.queue,
+            grid=headless.send_grid if headless is not None else None,
+        )
+        self._marking: list[LiveTurn] = []  # turns whose reference points are still due
+        self._next_mark_ms = math.inf  # no append ending before this can stamp anything
+        self._late_commits: set[asyncio.Task[None]] = set()
+
+    # -- queueing speech -----------------------------------------------------------------------
+
+    def speak(self, step: int, path: Path, commit: bool | None, tail_ms: float) -> LiveTurn:
+        """Queue ``path`` as a new turn; the loop stamps its points as they go out."""
+        run = self.run
+        clip = self.clips[path]
+        turn = run.new_turn(step=step, source=path.name)
+        placement = self.queue.play(clip.clip.samples)
+        turn.speech_start_u = placement.start_ms + clip.speech_start_ms
+        turn.speech_end_u = placement.start_ms + clip.speech_end_ms
+        do_commit = commit if commit is not None else run.config.end_mode is TurnEnd.COMMIT
+        if do_commit:
+            turn.commit_u = turn.speech_end_u + tail_ms
+        self._marking.append(turn)
+        self._next_mark_ms = min(self._next_mark_ms, turn.next_mark())
+        return turn
+
+    @property
+    def position_ms(self) -> float:
+        return self.queue.position_ms
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def loop(self) -> None:
+        """Append on schedule until the pacer ends (see the module docstring)."""
+        run = self.run
+        assert run.conn is not None
+        conn = run.conn
+        cs = conn.session
+        chunk_ms = run.config.chunk_ms
+        fast = run.config.pace is Pace.FAST
+        encode = self._encode
+        headless = run.headless
+        on_append = headless.on_append if headless is not None else None
+        pacer = self.pacer
+        playback = self.playback
+        duty = playback.duty if headless is not None else None
+        assembly = self.assembly
+        # with nothing to trace, appends go out as pre-formatted text (no dict, no orjson)
+        text_only = run.artifacts is None and type(chunk_ms) is int
+        append_text = cs.append_text
+        while True:
+            chunk = await pacer.next_chunk()
+            if chunk is None:
+                return
+            if not conn.connected:
+                run.skipped_appends += 1
+                if fast:
+                    await asyncio.sleep(chunk_ms / 1000)
+                continue
+            if text_only:
+                sent = await run.send_text(
+                    append_text(
+                        encode(chunk.samples, chunk.silent, chunk.origin),
+                        audio_end_ms=int(chunk.audio_end_ms),
+                        duration_ms=chunk_ms,
+                    )
+                )
+            else:
+                event = cs.append(
+                    encode(chunk.samples, chunk.silent, chunk.origin),
+                    duration_ms=chunk_ms,
+                    audio_end_ms=int(chunk.audio_end_ms),
+                )
+                sent = await run.send(event)
+            if sent is None:
+                run.skipped_appends += 1
+                continue
+            lag_ms = pacer.record_send(chunk, sent / NS_PER_S)
+            if on_append is not None:
+                on_append(sent / NS_PER_S, lag_ms)
+            if run.artifacts is not None:
+                run.artifacts.user_audio(chunk.samples, sent)
+            if chunk.audio_end_ms >= self._next_mark_ms:
+                await self._marks(chunk.audio_end_ms, sent)
+            if duty is not None:  # headless: this loop is the session's only timer
+                now = now_ns()
+                owed = duty.due(now / NS_PER_S)
+                if owed or duty.played_out:
+                    await playback.send(owed)
+                if now >= assembly.next_answer_due_ns:
+                    assembly.expire_unanswered(now)
+            if fast and chunk.silent:
+                await asyncio.sleep(chunk_ms / 1000)  # silence flows like a real microphone
+
+    async def _marks(self, end_ms: float, sent: int) -> None:
+        """Stamp reference points carried by the append ending at ``end_ms``, sent at ``sent``."""
+        for turn in [t for t in self._marking if t.marks_pending]:
+            t = turn.times
+            start_u = turn.speech_start_u
+            if t.t_speech_start is None and start_u is not None and end_ms > start_u:
+                t.t_speech_start = sent  # this append carries the first speech sample
+                if turn.interrupts is not None:
+                    await self._interrupt(turn, sent)
+            if t.t_eos is None and turn.speech_end_u is not None and end_ms >= turn.speech_end_u:
+                t.t_eos = sent
+                turn.eos_sent.set()
+            if t.t_commit is None and turn.commit_u is not None and end_ms >= turn.commit_u:
+                await self._commit(turn)
+        self._marking = [t for t in self._marking if t.marks_pending]
+        self._next_mark_ms = min((t.next_mark() for t in self._marking), default=math.inf)
+
+    async def _commit(self, turn: LiveTurn) -> None:
+        """The client commit of ``turn`` (its answer is due within the response timeout).
+
+        With the socket down (a resume running), the commit waits for the new socket in the
+        background instead of being lost: the microphone keeps its schedule."""
+        run = self.run
+        event = run.session.commit(response_create=True)
+        sent = await run.send(event)
+        turn.times.t_commit = sent or now_ns()
+        self.assembly.committed(turn, turn.times.t_commit)
+        if sent is None and run.conn is not None and not run.closing:
+            task = asyncio.create_task(self._commit_later(turn, event))
+            self._late_commits.add(task)
+            task.add_done_callback(self._late_commits.discard)
+
+    async def _commit_later(self, turn: LiveTurn, event: dict[str, object]) -> None:
+        run = self.run
+        assert run.conn is not None
+        try:
+            sent = await run.conn.send(event)  # waits for a running resume
+        except Exception:
+            return
+        turn.times.t_commit = sent
+        if run.artifacts is not None:
+            run.artifacts.event("send", sent, event)
+
+    def close(self) -> None:
+        self.pacer.close()
+        for task in list(self._late_commits):
+            task.cancel()
+
+    async def _interrupt(self, turn: LiveTurn, speech_sent: int) -> None:
+        """A barge-in's speech onset went out: stamp t_bi, send the explicit interrupt if any."""
+        run = self.run
+        assert turn.interrupts is not None
+        target, kind = turn.interrupts, turn.interrupt_kind or Interrupt.SPEECH
+        t_bi = speech_sent
+        if kind is Interrupt.BARGE_IN:
+            t_bi = await self.playback.stop_listening(target, run.session.barge_in())
+        elif kind is Interrupt.CANCEL:
+            t_bi = await self.playback.stop_listening(
+                target, run.session.response_cancel(target.response_id)
+            )
+        target.times.barge = BargeTimes(kind=kind.value, t_bi=t_bi, interrupt_turn=turn.index)
