@@ -115,7 +115,7 @@ def test_malformed_manifest_is_bad_input(tmp_path: Path) -> None:
 
 def generate(out: Path) -> None:
     subprocess.run(
-        [sys.executable, str(RECORDINGS / "make_recordings.py"), "--out", str(out)],
+        [sys.executable, str(ROOT / "tools" / "make_recordings.py"), "--out", str(out)],
         check=True,
         capture_output=True,
     )

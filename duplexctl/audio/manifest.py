@@ -3,9 +3,14 @@
 Why a manifest: ``t_eos`` (metrics.md) is the send time of the append carrying the end of
 the user's speech, so duplexctl must know where speech ends in the WAV *before* the run.
 For the bundled turns that position is measured once, by the same energy VAD used
-elsewhere, and stored next to the files in ``recordings/manifest.json`` (written by
-``recordings/make_recordings.py``). Any other file is measured on the fly
+elsewhere, and stored next to the files in ``duplexctl/recordings/manifest.json`` (written by
+``tools/make_recordings.py``). Any other file is measured on the fly
 (:func:`duplexctl.audio.source.speech_bounds`).
+
+Why inside the package: ``load`` and ``probe`` fall back on these files when given no
+inputs, so they are package data and travel with every install, editable or not. A
+checkout keeps ``recordings`` at its root as a symlink to this folder, so the paths in the
+README and the tests (``recordings/hello.wav``) work there too.
 
 An entry is only trusted for the exact bytes it was measured on: a lookup by path checks the
 file's SHA-256, so an edited copy falls back to the VAD instead of reporting stale bounds.
@@ -23,8 +28,8 @@ from typing import Any
 
 from duplexctl.errors import BadInput
 
-#: ``recordings/`` at the repository root; ``DUPLEXCTL_RECORDINGS`` points elsewhere.
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "recordings"
+#: ``duplexctl/recordings/`` (package data); ``DUPLEXCTL_RECORDINGS`` points elsewhere.
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "recordings"
 MANIFEST_NAME = "manifest.json"
 
 
@@ -115,7 +120,7 @@ def _load_cached(path: Path) -> Manifest | None:
 
 
 def bundled() -> Manifest | None:
-    """The bundled manifest (loaded once), or None when ``recordings/`` is not shipped."""
+    """The bundled manifest (loaded once), or None when the recordings are missing."""
     return _load_cached(recordings_dir() / MANIFEST_NAME)
 
 

@@ -11,13 +11,16 @@ Each turn is: espeak-ng at its native 22.05 kHz → sox to 16 kHz mono PCM16 (``
 against clipping, ``-D`` disables dither) → sox trims espeak's own leading/trailing silence
 and pads exactly 0.3 s before and 1.0 s after the speech. The speech bounds in the manifest
 come from duplexctl's own energy VAD (``duplexctl.audio.vad.speech_segments``), so
-``t_eos`` (metrics.md) for a bundled file is the same whether it is read from the manifest or
+``t_eos`` (docs/metrics.md) for a bundled file is the same whether it is read from the manifest or
 measured on the fly.
+
+The files are package data (``duplexctl/recordings/``, reachable as ``recordings/`` from a
+checkout), so this generator lives outside the package, in ``tools/``.
 
 Usage (from the repository root)::
 
-    .venv/bin/python recordings/make_recordings.py            # rewrite recordings/
-    .venv/bin/python recordings/make_recordings.py --out DIR  # write elsewhere (tests)
+    .venv/bin/python tools/make_recordings.py            # rewrite duplexctl/recordings/
+    .venv/bin/python tools/make_recordings.py --out DIR  # write elsewhere (tests)
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+ROOT = Path(__file__).resolve().parent.parent
+RECORDINGS = ROOT / "duplexctl" / "recordings"
+sys.path.insert(0, str(ROOT))
 
 import soundfile as sf  # noqa: E402
 
@@ -108,7 +112,7 @@ def generate(out_dir: Path) -> dict[str, object]:
             files[name] = describe(target, text)
     manifest: dict[str, object] = {
         "version": 1,
-        "generator": "recordings/make_recordings.py",
+        "generator": "tools/make_recordings.py",
         "tools": tool_versions(),
         "vad": asdict(VadParams()),
         "files": files,
@@ -120,7 +124,7 @@ def generate(out_dir: Path) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=HERE, help="output directory")
+    parser.add_argument("--out", type=Path, default=RECORDINGS, help="output directory")
     args = parser.parse_args(argv)
     for tool in ("espeak-ng", "sox"):
         if shutil.which(tool) is None:
