@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from duplexctl.load.results import HEADLINE_METRICS, SESSION_ORIGINS
+from duplexctl.report.load_report import SESSION_ORIGINS
 from duplexctl.report.slo import HISTOGRAM_METRICS, SCALAR_METRICS
 from duplexctl.report.turns import ORIGINS
 
@@ -115,7 +115,7 @@ def test_every_cited_metrics_heading_and_figure_exists() -> None:
 @pytest.mark.parametrize(
     "name",
     sorted(
-        {*ORIGINS, *SESSION_ORIGINS, *HEADLINE_METRICS, *HISTOGRAM_METRICS, *SCALAR_METRICS}
+        {*ORIGINS, *SESSION_ORIGINS, *HISTOGRAM_METRICS, *SCALAR_METRICS}
         | {"local_stop_ms", "rtf_omni", "invalid_pacing", "early_start", "outcome"}
     ),
 )
