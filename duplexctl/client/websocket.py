@@ -364,7 +364,11 @@ class WebSocket(asyncio.Protocol):
         protocol = self.protocol
         if protocol.state is State.CLOSED:
             return protocol.close_exc
-        return ConnectionClosed(protocol.close_rcvd, protocol.close_sent)
+        # closing (a close frame came with the upgrade answer, or the connection is being
+        # failed): the library asserts this third argument is set exactly when both are
+        rcvd, sent = protocol.close_rcvd, protocol.close_sent
+        both = rcvd is not None and sent is not None
+        return ConnectionClosed(rcvd, sent, protocol.close_rcvd_then_sent if both else None)
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -403,14 +407,17 @@ async def open_websocket(
     user_agent: str | None = None,
     max_size: int | None = 2**20,
     ssl: ssl_module.SSLContext | None = None,
+    on_connected: Callable[[], None] | None = None,
 ) -> WebSocket:
     """Open ``url`` (``ws://`` or ``wss://``) and complete the upgrade.
 
     Raises websockets' ``InvalidURI`` for a bad URL, ``InvalidStatus`` when the server
     refuses the upgrade (the HTTP status is on ``exc.response``), another
     ``InvalidHandshake`` for a bad upgrade answer, ``OSError`` when the socket cannot be
-    opened. No timeout of its own: wrap it (``asyncio.wait_for``). The transport is closed
-    on every failure.
+    opened (``ssl.SSLError`` for TLS). No timeout of its own: wrap it
+    (``asyncio.wait_for``); ``on_connected`` is called once TCP (and TLS) are up and only the
+    upgrade is left, so a timeout can say which part the server never did. The transport is
+    closed on every failure.
     """
     wsuri = parse_uri(url)
     protocol = ClientProtocol(wsuri, max_size=max_size)
@@ -426,6 +433,8 @@ async def open_websocket(
         ssl=context,
         server_hostname=wsuri.host if context is not None else None,
     )
+    if on_connected is not None:
+        on_connected()
     try:
         request = protocol.connect()
         if headers:

@@ -58,6 +58,7 @@ from duplexctl.client.connection import (
     DuplexConnection,
     OpenFailed,
     ResumeFailed,
+    ViolationRecorded,
 )
 from duplexctl.protocol.client_state import (
     AudioDelta,
@@ -378,8 +379,13 @@ class Replay:
                 timeout=open_timeout,
                 options=options,
                 listeners=[self._on_happening],
+                give_up=stop,  # a stop while opening ends the wait at once
             )
         except OpenFailed as exc:
+            if exc.gave_up and headless is None:  # Ctrl-C while opening: interrupted (130)
+                self._interrupted, self._status = True, "interrupted"
+                self._flush_open_log(None)
+                return
             self._status = "open_failed"
             self._flush_open_log(None)
             self._finish_artifacts(error=str(exc), admission=exc.admission)
@@ -633,6 +639,8 @@ class Replay:
             return
         if isinstance(h, ConnectionLost):
             self.artifacts.note(h.recv_ns, "connection.lost", reason=h.reason, resuming=h.resuming)
+        elif isinstance(h, ViolationRecorded):  # with its evidence (issue 16.1)
+            self.artifacts.note(h.recv_ns, "violation", **h.violation.to_dict())
         else:
             self.artifacts.event("recv", h.recv_ns, h.frame)
 
