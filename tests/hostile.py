@@ -158,6 +158,7 @@ class _Duplex:
                         if self.script.frame_gap_s:
                             await asyncio.sleep(self.script.frame_gap_s)
                         await ws.send(extra)
+                        seq = max(seq, _seq_of(extra))  # later replies number after it
                     if self.script.close_after_script:
                         seq += 1
                         await ws.send(json.dumps(event("session.closed", seq, reason="bye")))
@@ -207,6 +208,13 @@ class _Duplex:
                         seq = reply["server_event_seq"]
         except ConnectionClosed:
             return
+
+
+def _seq_of(frame: Frame) -> int:
+    """The seq a scripted frame states, when it states a usable one (else 0)."""
+    decoded = _decode(frame)
+    seq = decoded.get("server_event_seq") if isinstance(decoded, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq < 2**31 else 0
 
 
 def _decode(raw: Frame) -> Any:

@@ -79,7 +79,7 @@ from websockets.exceptions import (
 
 from duplexctl.client.causes import ADMISSION, Cause
 from duplexctl.client.target import TlsPolicy, process_tls
-from duplexctl.client.websocket import Message, WebSocket, open_websocket
+from duplexctl.client.websocket import Message, UpgradeUnanswered, WebSocket, open_websocket
 from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.protocol import codec, names
 from duplexctl.protocol.client_state import (
@@ -437,7 +437,7 @@ class DuplexConnection:
         except InvalidStatus as exc:
             raise self._refused_upgrade(exc) from None
         except (OSError, WebSocketException) as exc:
-            raise self._cannot_connect(exc) from None
+            raise self._cannot_connect(exc, connected=connected) from None
 
     def _refused_upgrade(self, exc: InvalidStatus) -> OpenFailed:
         """The server answered the upgrade with an HTTP status other than 101."""
@@ -462,10 +462,12 @@ class DuplexConnection:
             f"{head} instead of switching to a websocket ({hint})", cause=Cause.NOT_WEBSOCKET
         )
 
-    def _cannot_connect(self, exc: OSError | WebSocketException) -> OpenFailed:
-        """Classify a failure to connect or upgrade (the cause vocabulary, one line each)."""
+    def _cannot_connect(self, exc: OSError | WebSocketException, *, connected: bool) -> OpenFailed:
+        """Classify a failure to connect or upgrade (the cause vocabulary, one line each);
+        ``connected``: TCP and TLS were up, only the upgrade failed."""
         parts = urlsplit(self.url)
         host, where = parts.hostname or "?", self._where()
+        secure = self.url.startswith("wss://")
         if isinstance(exc, ConnectionRefusedError):
             return OpenFailed(
                 f"{where}: cannot connect: nothing is listening at {parts.netloc} "
@@ -484,19 +486,19 @@ class DuplexConnection:
                 "--insecure to skip verification",
                 cause=Cause.TLS,
             )
-        if isinstance(exc, ssl.SSLError):
+        if isinstance(exc, ssl.SSLError) or (secure and not connected and isinstance(exc, OSError)):
+            reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
             return OpenFailed(
-                f"{where}: the TLS handshake failed ({exc.reason or exc}); if the server "
-                "does not speak TLS, use ws:// instead of wss://",
+                f"{where}: the TLS handshake failed ({reason}); if the server does not speak "
+                "TLS, use ws:// instead of wss://",
                 cause=Cause.TLS,
             )
-        reset = isinstance(exc, ConnectionResetError | BrokenPipeError)
-        if isinstance(exc, InvalidHandshake) or (isinstance(exc, ConnectionError) and not reset):
-            detail = str(exc) or type(exc).__name__
-            hint = "" if self.url.startswith("wss://") else "; a TLS port? then use wss://"
+        if isinstance(exc, UpgradeUnanswered):
+            hint = "" if secure else " (a TLS port? then use wss://)"
+            return OpenFailed(f"{where}: {exc}{hint}", cause=Cause.NOT_WEBSOCKET)
+        if isinstance(exc, InvalidHandshake):
             return OpenFailed(
-                f"{where}: the server did not answer the websocket upgrade as a websocket "
-                f"server ({detail}){hint}",
+                f"{where}: the server did not answer as a websocket server: {exc}",
                 cause=Cause.NOT_WEBSOCKET,
             )
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Final, cast
 
 from websockets.client import ClientProtocol
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidMessage
 from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import CONNECTING, OPEN, State
@@ -60,6 +60,8 @@ MASK_POOL_BYTES: Final = 4096
 CLOSE_TCP_TIMEOUT_S: Final = 2.0
 #: The upgrade answer's head may not exceed this (websockets' own limits are far below).
 MAX_HEAD_BYTES: Final = 65536
+#: How much of a non-HTTP answer to the upgrade an error shows.
+UPGRADE_SHOWN_BYTES: Final = 60
 #: Frames the fast parser handles itself: continuation, text, binary, ping, pong.
 _FAST_OPCODES: Final = frozenset({0x0, 0x1, 0x2, 0x9, 0xA})
 #: Transport write buffer above which :meth:`WebSocket.drain` waits (same as websockets).
@@ -67,6 +69,10 @@ WRITE_LIMIT: Final = 2**15
 
 
 _DATA_OPCODES: Final = frozenset({Opcode.CONT, Opcode.TEXT, Opcode.BINARY})
+
+
+class UpgradeUnanswered(ConnectionError):
+    """The server closed the connection before answering the upgrade with a single byte."""
 
 
 def _resolve(future: asyncio.Future[None] | None) -> None:
@@ -168,15 +174,26 @@ class WebSocket(asyncio.Protocol):
         self.close_code = rcvd.code if rcvd is not None else int(CloseCode.ABNORMAL_CLOSURE)
         self.close_reason = rcvd.reason if rcvd is not None else ""
         if not self._response.done():
-            self._response.set_exception(
-                protocol.handshake_exc or ConnectionError("connection closed during upgrade")
-            )
+            self._response.set_exception(self._upgrade_failure())
             self._response.exception()  # retrieved: nobody may be waiting any more
         self._wake()
         _resolve(self._drain_waiter)
         self._closed.set_result(None)
         if self.on_close is not None:
             self.on_close(self)
+
+    def _upgrade_failure(self) -> Exception:
+        """Why the upgrade ended without an answer, naming what the server did send: an
+        incomplete head (the first bytes of something that is not HTTP), or nothing."""
+        if self._head:
+            return InvalidMessage(
+                f"the answer to the upgrade is not HTTP: {self._head[:UPGRADE_SHOWN_BYTES]!r}"
+            )
+        if self.protocol.handshake_exc is not None and not isinstance(
+            self.protocol.handshake_exc.__cause__, EOFError
+        ):
+            return self.protocol.handshake_exc
+        return UpgradeUnanswered("the server closed the connection without answering the upgrade")
 
     def pause_writing(self) -> None:
         self._paused = True

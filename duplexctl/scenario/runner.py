@@ -1278,24 +1278,19 @@ async def run_replay(
     if handle_sigint:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        if url is not None:
-            replay = Replay(
-                scenario, config, url, api_key=api_key, out_dir=out_dir, progress=say, clips=clips
-            )
-            return await replay.run(stop)
-        from duplexctl.server.config import ServerConfig
-        from duplexctl.server.embedded import embedded_server
+        from duplexctl.client.target import server_target
 
-        async with embedded_server(ServerConfig()) as embedded_url:
-            say(f"no --url: started the embedded reference server at {embedded_url}")
+        async with server_target(url) as target:
+            if target.line:
+                say(target.line)
             replay = Replay(
                 scenario,
                 config,
-                embedded_url,
+                target.url,
                 api_key=api_key,
                 out_dir=out_dir,
                 progress=say,
-                meta={"embedded_server": True},
+                meta={"embedded_server": True} if target.embedded else None,
                 clips=clips,
             )
             return await replay.run(stop)
