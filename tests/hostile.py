@@ -384,3 +384,123 @@ KINDS = (
     "not_http",
     "nothing",
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Malformed server streams (issue 16.4): shared by the hypothesis suite and bench/fuzz_client
+# --------------------------------------------------------------------------------------------
+
+#: Values a broken server puts where a field belongs.
+WEIRD_VALUES: tuple[Any, ...] = (
+    None,
+    True,
+    0,
+    -1,
+    1.5,
+    2**63,
+    2**64 + 1,
+    1e308,
+    -1e308,
+    "",
+    "x" * 300,
+    "not base64 !!",
+    "\u00e9\u00e9\u00e9",
+    [],
+    [1, "a"],
+    {},
+    {"nested": {"deep": [None]}},
+)
+
+#: Streams that are not frames of the protocol at all.
+GARBAGE_FRAMES: tuple[Frame, ...] = (
+    "not json at all",
+    '{"type": "response.done", ',
+    "[]",
+    "42",
+    '"a string"',
+    "null",
+    b"\x00\xff binary",
+    b"",
+    '{"type": "response.created", "response_id": "r", "x": 1e400}',
+)
+
+
+def _valid_frames(seq: int, rng: Any) -> list[dict[str, Any]]:
+    """A well-formed stretch of a session: one reply plus the Tier-3 chatter around it."""
+    rid = f"resp-{SESSION_ID}-0-{rng.randrange(1 << 32):08x}"
+    frames = reply_frames(seq, rng.randrange(0, 4), rid)
+    extras = [
+        event("session.heartbeat_ack", session_id=SESSION_ID),
+        event("response.listen", session_id=SESSION_ID, epoch=0, response={"status": "listening"}),
+        event("input_audio_buffer.speech_started", audio_start_ms=120, item_id="item_1"),
+        event("input_audio_buffer.committed", item_id="item_1", previous_item_id=None, event={}),
+        event("playback.acknowledged", event={"item_id": f"item_{rid}", "played_ms": 100}),
+        event(
+            "error", error={"type": "invalid_request_error", "code": "bad_audio", "message": "x"}
+        ),
+        event("overlap.decision", epoch=0, action="drop", reason="silence_or_noise"),
+    ]
+    for extra in rng.sample(extras, rng.randrange(0, 4)):
+        frames.insert(rng.randrange(len(frames) + 1), extra)
+    for i, frame in enumerate(frames):
+        frame["server_event_seq"] = seq + i
+    return frames
+
+
+def _mutate(frame: dict[str, Any], rng: Any) -> Frame | dict[str, Any]:
+    """One way a broken server gets ``frame`` wrong."""
+    frame = json.loads(json.dumps(frame))
+    how = rng.randrange(9)
+    keys = [k for k in frame if k != "type"] or ["type"]
+    if how == 0:  # a field missing
+        frame.pop(rng.choice(keys), None)
+    elif how == 1:  # a field of the wrong type or out of range
+        frame[rng.choice(keys)] = rng.choice(WEIRD_VALUES)
+    elif how == 2:  # a nested field wrong
+        for key in ("metadata", "response", "event", "session", "error"):
+            if isinstance(frame.get(key), dict):
+                inner = frame[key]
+                name = rng.choice([*inner, "epoch", "status", "audio_duration_ms", "code"])
+                inner[name] = rng.choice(WEIRD_VALUES)
+                break
+        else:
+            frame["metadata"] = rng.choice(WEIRD_VALUES)
+    elif how == 3:  # the type itself
+        frame["type"] = rng.choice(
+            [*WEIRD_VALUES, "response.audio.delta", "duplex.unknown", "session.created"]
+        )
+    elif how == 4:  # the seq: duplicate, backwards, far ahead, not a number
+        seq = frame.get("server_event_seq", 1)
+        frame["server_event_seq"] = rng.choice([seq, seq - 1, 1, seq + 1000, "7", 2.5, -3, 0])
+    elif how == 5:  # bad audio: not base64, cut mid-quantum, odd bytes
+        frame["delta"] = rng.choice(["!!!!", "AAA", "AAAA", "QUJD=", "\u00e9" * 8, ""])
+        frame.setdefault("response_id", RESPONSE_ID)
+        frame["type"] = "response.output_audio.delta"
+        frame["format"] = rng.choice(["pcm16", "wav", "g711_ulaw", "pcm_f32le", "mp3", 5])
+        frame["sample_rate_hz"] = rng.choice([24000, 0, -1, 2**40, "24000", 7])
+    elif how == 6:  # an unknown response id
+        frame["response_id"] = f"resp-{SESSION_ID}-9-{rng.randrange(1 << 32):08x}"
+    elif how == 7:  # the session ends, and the stream goes on
+        return event("session.closed", frame.get("server_event_seq"), reason="bye")
+    else:
+        return rng.choice(GARBAGE_FRAMES)
+    return frame
+
+
+def malformed_stream(rng: Any, *, frames: int = 12, mutation_rate: float = 0.4) -> list[Frame]:
+    """What a broken server sends after a correct handshake (``session.updated`` is seq 1):
+    well-formed events with some mutated (fields missing, mistyped, out of range; types,
+    seqs, audio and response ids wrong; garbage frames; events after session.closed).
+    ``rng`` is a ``random.Random`` (hypothesis: ``st.randoms()``)."""
+    out: list[Frame] = []
+    seq = 2
+    while len(out) < frames:
+        for frame in _valid_frames(seq, rng):
+            seq = max(seq, int(frame["server_event_seq"]) + 1)
+            item: Frame | dict[str, Any] = frame
+            if rng.random() < mutation_rate:
+                item = _mutate(frame, rng)
+            out.append(item if isinstance(item, str | bytes) else json.dumps(item))
+            if len(out) >= frames:
+                break
+    return out
