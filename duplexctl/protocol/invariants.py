@@ -26,7 +26,8 @@ Recorded by :class:`~duplexctl.protocol.client_state.ClientSession` through :met
 (the frame never reached the checks above): ``binary_frame``, ``not_json``, ``not_object``
 (docs/protocol.md §1.3: one JSON object per text frame), ``malformed_event`` (the frame breaks
 :mod:`duplexctl.protocol.server_events`), ``seq_out_of_order`` (a seq at or below one already
-processed, outside the replay that follows a resume).
+processed, outside the replay that follows a resume) and ``client_error`` (digesting a frame
+raised: a duplexctl bug, recorded with the frame instead of ending the connection).
 
 **Evidence.** The first :data:`EVIDENCE_PER_KIND` violations of each kind keep the offending
 frame, trimmed (:func:`evidence`), next to its seq and receive time, so a report says what the
