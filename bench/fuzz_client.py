@@ -30,13 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the hostile servers the test suite uses
 
-from hostile import Script, hostile, malformed_stream  # noqa: E402
+from hostile import CLIP, Script, hostile, malformed_stream, replay_against  # noqa: E402
 
-from duplexctl.scenario.config import CliOptions, resolve  # noqa: E402
-from duplexctl.scenario.parse import load_inputs  # noqa: E402
-from duplexctl.scenario.runner import Replay  # noqa: E402
-
-CLIP = ROOT / "recordings" / "short_ack.wav"
 CRASH_SIGNS = ("Traceback", "exception was never retrieved", "Fatal error")
 
 
@@ -54,24 +49,18 @@ class Tally:
 
 
 async def library_run(stream: list[str | bytes], bound_s: float, tally: Tally) -> None:
-    scenario = load_inputs([CLIP])
-    config = resolve(
-        CliOptions(turn_detection="none", commit=True, pace="fast", response_timeout_s=1.0),
-        scenario.settings,
-    )
-    async with hostile("duplex", script=Script(after_handshake=stream)) as server:
-        tally.streams += 1
-        try:
-            async with asyncio.timeout(bound_s):
-                result = await Replay(scenario, config, server.url).run()
-        except TimeoutError:
-            tally.hangs += 1
-            return
-        except Exception as exc:
-            tally.crashes.append(f"{type(exc).__name__}: {exc}")
-            return
-        tally.exit_codes[result.exit_code] += 1
-        tally.violations.update(result.report["violation_counts"])
+    tally.streams += 1
+    try:
+        async with asyncio.timeout(bound_s):
+            result = await replay_against(stream)
+    except TimeoutError:
+        tally.hangs += 1
+        return
+    except Exception as exc:
+        tally.crashes.append(f"{type(exc).__name__}: {exc}")
+        return
+    tally.exit_codes[result.exit_code] += 1
+    tally.violations.update(result.report["violation_counts"])
 
 
 async def cli_run(stream: list[str | bytes], bound_s: float, tally: Tally) -> None:

@@ -48,6 +48,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 SESSION_ID = "duplex-" + "0" * 32
+#: the clip a client speaks against these servers (one short turn)
+CLIP = Path(__file__).resolve().parent.parent / "recordings" / "short_ack.wav"
 RESPONSE_ID = f"resp-{SESSION_ID}-0-0000abcd"
 #: 100 ms of 24 kHz PCM16 silence: the audio every scripted delta carries
 DELTA_B64 = base64.b64encode(bytes(4800)).decode()
@@ -504,3 +506,20 @@ def malformed_stream(rng: Any, *, frames: int = 12, mutation_rate: float = 0.4) 
             if len(out) >= frames:
                 break
     return out
+
+
+async def replay_against(stream: list[Frame]) -> Any:
+    """One replay run through the runner's library entry point (a short clip, a client
+    commit, fast pace, 1 s response timeout) against a ``duplex`` server that sends
+    ``stream`` right after its correct handshake (and then answers the commit)."""
+    from duplexctl.scenario.config import CliOptions, resolve
+    from duplexctl.scenario.parse import load_inputs
+    from duplexctl.scenario.runner import Replay
+
+    scenario = load_inputs([CLIP])
+    config = resolve(
+        CliOptions(turn_detection="none", commit=True, pace="fast", response_timeout_s=1.0),
+        scenario.settings,
+    )
+    async with hostile("duplex", script=Script(after_handshake=stream)) as server:
+        return await Replay(scenario, config, server.url).run()

@@ -19,16 +19,14 @@ import asyncio
 import json
 import math
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hostile import (
     GARBAGE_FRAMES,
     WEIRD_VALUES,
-    Script,
-    hostile,
     malformed_stream,
+    replay_against,
     reply_frames,
     session_created,
 )
@@ -38,9 +36,6 @@ from hypothesis import strategies as st
 from duplexctl.protocol import codec, server_events
 from duplexctl.protocol.client_state import AudioDelta, ClientSession
 from duplexctl.protocol.server_events import MAX_MS, MAX_RATE_HZ, SERVER_EVENTS, Kind
-
-ROOT = Path(__file__).resolve().parent.parent
-CLIP = ROOT / "recordings" / "short_ack.wav"
 
 #: the violation names the client may record (a new one must be added here on purpose)
 KNOWN_VIOLATIONS = {
@@ -195,21 +190,8 @@ def _maybe_json(text: str) -> Any:
 
 
 async def _replay_against(stream: list[str | bytes]) -> Any:
-    """One replay run (a short clip, client commit, fast pace) against a server that sends
-    ``stream`` right after its correct handshake (and then answers the commit)."""
-    from duplexctl.scenario.config import CliOptions, resolve
-    from duplexctl.scenario.parse import load_inputs
-    from duplexctl.scenario.runner import Replay
-
-    scenario = load_inputs([CLIP])
-    config = resolve(
-        CliOptions(turn_detection="none", commit=True, pace="fast", response_timeout_s=1.0),
-        scenario.settings,
-    )
-    async with hostile("duplex", script=Script(after_handshake=stream)) as server:
-        replay = Replay(scenario, config, server.url)
-        async with asyncio.timeout(60):
-            return await replay.run()
+    async with asyncio.timeout(60):
+        return await replay_against(stream)
 
 
 @pytest.mark.timeout(600)
