@@ -104,7 +104,9 @@ async def test_load_against_a_hostile_server_ends_in_bounded_time(
     )  # fmt: skip
     assert_no_crash(err)
     assert code in (0, 3), err  # 3 once load treats "nothing admitted" as unreachable
-    assert took < 60
+    # ~4.5 s measured here; no-compiled-core waited out its 30 s open timeout after the
+    # duration (31.4 s for --duration 5s): the bound is generous, and still tells them apart
+    assert took < 25
 
 
 async def test_a_drop_mid_reply_with_a_refused_resume_is_a_failed_run(

@@ -187,6 +187,11 @@ class ViolationRecorded(Happening):
 
     violation: Violation
 
+    @property
+    def reason(self) -> str:
+        """One line, for traces that show a local happening's ``reason``."""
+        return f"{self.violation.name}: {self.violation.detail}"
+
 
 @dataclass(slots=True)
 class ResumeRecord:
