@@ -237,7 +237,7 @@ async def server_target(
             url=embedded_url,
             embedded=config,
             line=(
-                f"no --url: started the embedded reference server at {embedded_url} "
+                f"no --url: started the reference server in-process at {embedded_url} "
                 f"(simulated model, max_sessions {config.max_sessions})"
             ),
         )
