@@ -37,8 +37,28 @@ UrlOption = Annotated[
         "--url",
         envvar="DUPLEXCTL_URL",
         help="Server, e.g. ws://host:8000/v1/realtime?duplex=1 (none: start the embedded "
-        "reference server on a free loopback port).",
+        "reference server on a free loopback port). http:// and https:// are taken as ws:// "
+        "and wss://; a URL without a path gets /v1/realtime?duplex=1.",
         show_default=False,
+    ),
+]
+CaFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-file",
+        envvar="DUPLEXCTL_CA_FILE",
+        help="wss://: trust server certificates signed by this CA (a PEM file), e.g. a "
+        "self-signed or private one (default: the system trust store).",
+        show_default=False,
+    ),
+]
+InsecureOption = Annotated[
+    bool,
+    typer.Option(
+        "--insecure",
+        envvar="DUPLEXCTL_INSECURE",
+        help="wss:// without verifying the server's certificate: anyone on the path can "
+        "impersonate the server (a warning is printed on every run).",
     ),
 ]
 ApiKeyOption = Annotated[
@@ -74,6 +94,18 @@ OverwriteOption = Annotated[
         "without it a non-empty directory is refused.",
     ),
 ]
+
+
+def server_url(url: str | None, ca_file: Path | None, insecure: bool) -> str | None:
+    """The shared --url / --ca-file / --insecure of every client command, before anything
+    starts (duplexctl.client.target): the URL to connect to (None: the embedded server), one
+    line when it was normalised, the --insecure warning; exit 2 when malformed."""
+    from duplexctl.client.target import TlsPolicy, prepare
+
+    resolved, lines = prepare(url, TlsPolicy(ca_file=ca_file, insecure=insecure))
+    for line in lines:
+        print(f"duplexctl: {line}", file=sys.stderr)
+    return resolved
 
 
 def reports_errors(fn: F) -> F:
@@ -212,6 +244,8 @@ def replay(
     ],
     url: UrlOption = None,
     api_key: ApiKeyOption = None,
+    ca_file: CaFileOption = None,
+    insecure: InsecureOption = False,
     model: ModelOption = None,
     voice: VoiceOption = None,
     ref_audio: Annotated[
@@ -267,6 +301,8 @@ def replay(
 ) -> None:
     """Play scripted user turns against a server; per-turn timings, audio and a report."""
     import asyncio
+
+    url = server_url(url, ca_file, insecure)
 
     from duplexctl.report.render import render
     from duplexctl.rundir import announce, prepare_run_dir
@@ -334,6 +370,8 @@ def replay(
 def talk(
     url: UrlOption = None,
     api_key: ApiKeyOption = None,
+    ca_file: CaFileOption = None,
+    insecure: InsecureOption = False,
     list_devices: Annotated[
         bool, typer.Option("--list-devices", help="List audio devices and exit.")
     ] = False,
@@ -408,6 +446,7 @@ def talk(
     overwrite: OverwriteOption = False,
 ) -> None:
     """Live conversation through a microphone and a speaker, with barge-in."""
+    url = server_url(url, ca_file, insecure)
     if list_devices:
         from duplexctl.talk.session import list_device_lines
 
@@ -463,6 +502,8 @@ def talk(
 def probe(
     url: UrlOption = None,
     api_key: ApiKeyOption = None,
+    ca_file: CaFileOption = None,
+    insecure: InsecureOption = False,
     only: Annotated[
         list[str] | None,
         typer.Option("--only", help="Run only this probe (repeatable; see --list)."),
@@ -508,6 +549,8 @@ def probe(
     import asyncio
     import json
 
+    url = server_url(url, ca_file, insecure)
+
     from duplexctl.errors import BadInput, CheckFailed
     from duplexctl.probe import ProbeConfig, all_probes, probe_target, select
     from duplexctl.probe.render import result_lines, summary_line
@@ -537,11 +580,8 @@ def probe(
     )
     _say_notes(config.settings.notes)
 
-    def embedded(server_url: str) -> None:
-        print(
-            f"duplexctl: no --url: probing the reference server started in-process at {server_url}",
-            file=sys.stderr if json_out else sys.stdout,
-        )
+    def embedded(line: str) -> None:
+        print(f"duplexctl: {line}", file=sys.stderr if json_out else sys.stdout)
 
     def live(result: Any) -> None:
         if not json_out:
@@ -566,6 +606,8 @@ def load(
     ] = None,
     url: UrlOption = None,
     api_key: ApiKeyOption = None,
+    ca_file: CaFileOption = None,
+    insecure: InsecureOption = False,
     sessions: Annotated[int | None, typer.Option(help="Closed loop: concurrent sessions.")] = None,
     rate: Annotated[float | None, typer.Option(help="Open loop: new sessions per second.")] = None,
     arrival: Annotated[str, typer.Option(help="poisson, constant or gamma.")] = "poisson",
@@ -666,6 +708,8 @@ def load(
 ) -> None:
     """Many sessions at once: latency under load, admission limit, capacity, SLOs."""
     import os
+
+    url = server_url(url, ca_file, insecure)
 
     from duplexctl.errors import BadInput
     from duplexctl.load.arrivals import parse_duration

@@ -155,3 +155,22 @@ def pulse_server() -> Iterator[Any]:
     finally:
         server.stop()
         devices.reinitialize()
+
+
+@pytest.fixture
+async def hostile_server() -> Any:
+    """``await hostile_server("hang")`` -> a running hostile server (tests/hostile.py), stopped
+    after the test; keyword arguments as for ``hostile.hostile`` (``script=``, ``tls=``)."""
+    import contextlib
+
+    try:
+        from tests.hostile import hostile
+    except ModuleNotFoundError:
+        from hostile import hostile  # type: ignore[no-redef]
+
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(kind: str, **options: Any) -> Any:
+            return await stack.enter_async_context(hostile(kind, **options))
+
+        yield start

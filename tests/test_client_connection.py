@@ -248,7 +248,8 @@ async def test_unreachable_server_is_one_line() -> None:
             f"ws://127.0.0.1:{port}/v1/realtime?duplex=1", SETTINGS, timeout=5
         )
     assert caught.value.admission == "transport_error" and caught.value.exit_code == 3
-    assert "\n" not in str(caught.value) and "cannot connect" in str(caught.value)
+    assert caught.value.cause == "refused"
+    assert "\n" not in str(caught.value) and "nothing is listening" in str(caught.value)
 
 
 def test_autostart_is_forced_off() -> None:

@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from duplexctl.audio import pcm
-from duplexctl.protocol.client_state import AudioDelta, ClientSession, SessionStateError
+from duplexctl.protocol.client_state import (
+    AudioDelta,
+    ClientSession,
+    Malformed,
+    SessionStateError,
+)
 from duplexctl.protocol.invariants import InvariantChecker
 
 SID = "duplex-" + "a" * 32
@@ -149,12 +154,29 @@ def test_seq_gap_detected_and_counted() -> None:
     assert f.cs.seq_gaps == 1 and f.cs.missing_events == 3 and f.cs.last_seq == 5
 
 
-def test_duplicates_dropped_not_violations() -> None:
+def test_duplicates_on_a_live_connection_are_dropped_and_are_violations() -> None:
+    """docs/protocol.md §6.6: seqs only grow; a seq at or below one processed on a live
+    connection is a server bug (issue 16.1), dropped with the frame as evidence."""
     f = Feeder().open()
     f({"type": "session.heartbeat_ack"})
     assert f({"type": "session.heartbeat_ack"}, seq=2) == []
     assert f({"type": "session.updated", "session": {}}, seq=1) == []
-    assert f.cs.duplicates_dropped == 2 and f.names() == []
+    assert f.cs.duplicates_dropped == 2
+    assert f.names() == ["seq_out_of_order", "seq_out_of_order"]
+    first = f.cs.checker.violations[0]
+    assert first.seq == 2 and first.frame is not None and "heartbeat_ack" in first.frame
+
+
+def test_overlap_in_a_resume_replay_is_dropped_without_violation() -> None:
+    """The client de-duplicates a replay that starts below what it processed (§6.6)."""
+    f = Feeder().open()
+    f({"type": "session.heartbeat_ack"})
+    f.cs.begin_connection()  # a resume
+    f({"type": "session.resumed", "session": {"id": SID}, "resume_token": "t2"}, seq=False)
+    assert f({"type": "session.heartbeat_ack"}, seq=2) == []  # replayed overlap
+    f({"type": "session.heartbeat_ack"}, seq=3)  # new: the replay overlap is over
+    assert f({"type": "session.heartbeat_ack"}, seq=3) == []
+    assert f.cs.duplicates_dropped == 2 and f.names() == ["seq_out_of_order"]
 
 
 def test_event_before_session_created() -> None:
@@ -256,7 +278,8 @@ def test_unknown_events_are_tolerated() -> None:
     [other] = f({"type": "duplex.something_new", "event": {"x": 1}})
     assert other.type == "duplex.something_new" and f.names() == []
     [typeless] = f({"no": "type"}, seq=False)
-    assert typeless.type == "<missing type>"
+    assert isinstance(typeless, Malformed) and typeless.type == "<missing type>"
+    assert typeless.problems == ["type is missing"] and f.names() == ["malformed_event"]
 
 
 def test_acks_never_exceed_processed() -> None:

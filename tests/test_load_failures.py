@@ -8,32 +8,23 @@ cause (summary and report.json), and fail ``--slo rejection_rate<=0.01``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from load_support import (
     ROOT,
     SHORT,
-    background_ws_server,
     closed_port_url,
     drop_after_upgrade_server,
     duplexctl_cmd,
     plain_http_server,
     self_signed_tls_server,
 )
-
-from duplexctl.client.connection import DuplexConnection, OpenFailed
-from duplexctl.load.causes import attempt_cause
-from duplexctl.protocol.settings import SessionSettings
 
 
 @contextlib.contextmanager
@@ -108,78 +99,3 @@ def test_causes_from_worker_processes_are_merged(tmp_path: Path) -> None:
     assert admission["causes"] == {"closed_after_upgrade": admission["attempts"]}
     assert len(report["workers"]) == 2 and admission["attempts"] >= 2
     assert "closed_after_upgrade" in admission["cause_examples"]
-
-
-# -- the cause of one attempt, over real sockets ------------------------------------------------
-
-
-async def _open_cause(url: str, timeout: float = 10.0) -> str:
-    settings = SessionSettings(turn_detection="none")
-    try:
-        conn = await DuplexConnection.open(url, settings, timeout=timeout)
-    except Exception as exc:  # whatever the client raises, load must name a cause
-        return attempt_cause(exc)
-    await conn.close()
-    return "admitted"
-
-
-@contextlib.contextmanager
-def tcp_server(reply: bytes | None) -> Iterator[str]:
-    """A TCP server on loopback that answers every connection with ``reply`` and closes it
-    (None: says nothing and keeps it open)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            if reply is None:
-                held.append(conn)
-            else:
-                conn.recv(65536)
-                conn.sendall(reply)
-                conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"ws://127.0.0.1:{listener.getsockname()[1]}/v1/realtime?duplex=1"
-    finally:
-        listener.close()
-        for conn in held:
-            conn.close()
-
-
-def test_bytes_that_are_no_http_are_garbage() -> None:
-    with tcp_server(b"\x00\x01 hello, not HTTP at all\r\n\r\n") as url:
-        assert asyncio.run(_open_cause(url)) == "garbage"
-
-
-def test_an_http_error_status_is_http_status() -> None:
-    reply = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
-    with tcp_server(reply) as url:
-        assert asyncio.run(_open_cause(url)) == "http_status"
-
-
-def test_a_server_that_never_answers_the_upgrade_is_a_timeout() -> None:
-    with tcp_server(None) as url:
-        assert asyncio.run(_open_cause(url, timeout=1.0)) == "timeout"
-
-
-def test_a_websocket_that_never_sends_session_created_is_a_handshake_timeout() -> None:
-    async def silent(conn: Any) -> None:
-        await conn.wait_closed()
-
-    with background_ws_server(silent) as url:
-        assert asyncio.run(_open_cause(url, timeout=1.0)) == "handshake_timeout"
-
-
-def test_the_clients_own_cause_wins() -> None:
-    """The contract with OpenFailed.cause (branch client-boundary): when the client states a
-    cause, load uses it as it is."""
-    exc = OpenFailed("garbled session.created", admission="transport_error")
-    exc.cause = "garbage"  # type: ignore[attr-defined]
-    assert attempt_cause(exc) == "garbage"

@@ -15,6 +15,7 @@ from duplexctl.client.connection import (
     OpenFailed,
     ResumeFailed,
     ResumeRecord,
+    ViolationRecorded,
     connect,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "OpenFailed",
     "ResumeFailed",
     "ResumeRecord",
+    "ViolationRecorded",
     "connect",
 ]

@@ -8,9 +8,18 @@ owns sockets, time and tasks. What it adds, and why:
   monotonic ns right after the websocket send returned. ``connect_ms``, ``handshake_ms``,
   ``close_ms``, heartbeat RTTs and every resume's split are kept in ``timings``.
 * **Handshake** with typed failures: a capacity error is :class:`AdmissionRejected` (with the
-  advertised limit), any other error :class:`HandshakeFailed`, a refused/timed-out socket
-  :class:`OpenFailed`; all are ``errors.ServerUnreachable`` (exit code 3) and carry the
-  metrics.md ``admission`` outcome and ``time_to_reject_ms`` for load.
+  advertised limit), any other error :class:`HandshakeFailed`, anything else that keeps the
+  session from opening :class:`OpenFailed`; all are ``errors.ServerUnreachable`` (exit code
+  3) and carry a ``cause`` (:mod:`duplexctl.client.causes`: what the server did, named once),
+  the metrics.md ``admission`` outcome it maps to, ``time_to_reject_ms`` for load, and a one
+  line message naming what happened (issue 17.1, 17.2, 17.7): a frame that is not the
+  protocol fails the open at once with its first bytes, rather than after the timeout.
+  ``give_up`` (an event: the run stopped) ends an open that is still waiting, so a command
+  stopping never waits out a hanging server's timeout.
+* **Bounded and quiet on any server.** Every frame goes through ClientSession.on_message,
+  which records what does not follow the protocol as a violation and never raises; a socket
+  that closes at any moment (even with the upgrade answer) is an OpenFailed or a
+  ConnectionLost, never an exception from the receive path.
 * **Journal hygiene**: ``session.event_ack`` for processed sequenced events when
   :class:`~duplexctl.protocol.playback_duty.EventAckDuty` says one is owed (every
   ``ack_batch`` events or ``ack_interval_s``), so the server's 8 MiB replay journal is trimmed
@@ -35,7 +44,7 @@ Public API::
 
     async with connect(url, settings, api_key=None, timeout=30.0, options=None) as conn: ...
     conn = await DuplexConnection.open(url, settings, *, api_key=None, timeout=30.0,
-                                       options=None, listeners=())
+                                       options=None, listeners=(), give_up=None)
     conn = await DuplexConnection.attach(url, session, *, api_key=None, options=None)
     conn.session: ClientSession;  conn.timings: ConnectionTimings;  conn.connected: bool
     await conn.send(event) -> int              # send_ns
@@ -54,16 +63,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidStatus,
+    InvalidURI,
+    WebSocketException,
+)
 
-from duplexctl.client.websocket import Message, WebSocket, open_websocket
-from duplexctl.errors import ServerUnreachable
+from duplexctl.client.causes import ADMISSION, Cause
+from duplexctl.client.target import TlsPolicy, process_tls
+from duplexctl.client.websocket import Message, UpgradeUnanswered, WebSocket, open_websocket
+from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.protocol import codec, names
 from duplexctl.protocol.client_state import (
     ClientSession,
@@ -78,6 +97,7 @@ from duplexctl.protocol.client_state import (
     SessionResumed,
 )
 from duplexctl.protocol.errors import WireError
+from duplexctl.protocol.invariants import Violation
 from duplexctl.protocol.playback_duty import EventAckDuty
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.units import MiB
@@ -88,22 +108,33 @@ from duplexctl.units import MiB
 
 
 class OpenFailed(ServerUnreachable):
-    """The session could not be opened; ``admission`` is the metrics.md outcome."""
+    """The session could not be opened: ``cause`` says why (one word of
+    :class:`~duplexctl.client.causes.Cause`), the message says it in one line.
+
+    ``admission`` is the metrics.md outcome the cause maps to; ``gave_up`` is True when the
+    attempt was still waiting when its ``give_up`` event was set (the run stopped)."""
 
     def __init__(
         self,
         message: str,
         *,
-        admission: str,
+        cause: Cause,
         error: WireError | None = None,
         connect_ms: float | None = None,
         time_to_reject_ms: float | None = None,
+        gave_up: bool = False,
     ) -> None:
         super().__init__(message)
-        self.admission = admission  # rejected_capacity | rejected_other | transport_error | timeout
+        self.cause = cause
         self.error = error
         self.connect_ms = connect_ms
         self.time_to_reject_ms = time_to_reject_ms
+        self.gave_up = gave_up
+
+    @property
+    def admission(self) -> str:
+        """rejected_capacity | rejected_other | transport_error | timeout (metrics.md)."""
+        return ADMISSION[self.cause]
 
 
 class AdmissionRejected(OpenFailed):
@@ -148,6 +179,19 @@ class ConnectionLost(Happening):
     code: int | None
     reason: str
     resuming: bool
+
+
+@dataclass(slots=True, kw_only=True)
+class ViolationRecorded(Happening):
+    """Local happening: the session's checker recorded ``violation`` (with its evidence);
+    it follows the happening of the frame that caused it, if that frame meant anything."""
+
+    violation: Violation
+
+    @property
+    def reason(self) -> str:
+        """One line, for traces that show a local happening's ``reason``."""
+        return f"{self.violation.name}: {self.violation.detail}"
 
 
 @dataclass(slots=True)
@@ -202,6 +246,7 @@ class ConnectionOptions:
     queue_happenings: bool = True  # False: listeners only (load, to bound memory)
     # False: the caller's PlaybackDuty sends session.event_ack (one decision, one sender)
     event_acks: bool = True
+    tls: TlsPolicy | None = None  # wss:// trust; None: the process's (client.target.use_tls)
 
 
 def with_autostart_off(url: str) -> str:
@@ -213,6 +258,27 @@ def with_autostart_off(url: str) -> str:
         return url
     query.append(("autostart", "0"))
     return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+#: Violations that mean "this is not the protocol at all": before session.created they end
+#: the open at once (cause garbage) instead of waiting out the timeout.
+NOT_PROTOCOL: Final = frozenset({"binary_frame", "not_json", "not_object", "malformed_event"})
+
+
+def _frame_words(h: ViolationRecorded) -> str:
+    """What a violation's frame was, for a one-line message: its kind and first bytes."""
+    v = h.violation
+    words = f"a malformed event ({v.detail})" if v.name == "malformed_event" else v.detail
+    return f"{words}: {v.frame}" if v.frame else words
+
+
+def _closing(ws: WebSocket) -> str:
+    """How the server ended a connection: a close frame's code and reason, or none."""
+    rcvd = ws.protocol.close_rcvd
+    if rcvd is None:
+        return "TCP closed, no close frame"
+    reason = f" {rcvd.reason!r}" if rcvd.reason else ""
+    return f"close frame {rcvd.code}{reason}"
 
 
 def _ms(start_ns: int | None, end_ns: int | None) -> float | None:
@@ -241,6 +307,7 @@ class DuplexConnection:
         options: ConnectionOptions | None = None,
         listeners: Iterable[Callable[[Happening], None]] = (),
     ) -> None:
+        self.given_url = url  # what messages name: never our own additions (autostart=0)
         self.url = with_autostart_off(url)
         self.session = session
         self.options = options or ConnectionOptions()
@@ -264,7 +331,8 @@ class DuplexConnection:
             if opts.event_acks
             else None
         )
-        self.undecodable_frames = 0
+        self._violations: list[Violation] = []  # recorded while digesting the current frame
+        session.checker.on_violation = self._violations.append
         self.listener_errors: list[Exception] = []  # exceptions raised by listeners
 
     # -- opening ---------------------------------------------------------------------------
@@ -279,19 +347,56 @@ class DuplexConnection:
         timeout: float = 30.0,
         options: ConnectionOptions | None = None,
         listeners: Iterable[Callable[[Happening], None]] = (),
+        give_up: asyncio.Event | None = None,
     ) -> DuplexConnection:
-        """Connect, send the opening ``session.update`` and wait for ``session.created``."""
+        """Connect, send the opening ``session.update`` and wait for ``session.created``.
+
+        Raises :class:`OpenFailed` (with its ``cause``) when that does not happen — also,
+        at once, when ``give_up`` is set while it is still waiting."""
         session = ClientSession(
             output_format=settings.output_format, output_rate=settings.output_rate
         )
         self = cls(url, session, api_key=api_key, options=options, listeners=listeners)
         update = session.session_update(settings.to_session_object())  # BadInput before I/O
         try:
-            await self._open(update, timeout)
+            if give_up is None:
+                await self._open(update, timeout)
+            else:
+                await self._open_unless(give_up, update, timeout)
         except BaseException:
             await self._abort_quietly()
             raise
         return self
+
+    async def _open_unless(
+        self, give_up: asyncio.Event, update: dict[str, Any], timeout: float
+    ) -> None:
+        """:meth:`_open`, abandoned as soon as ``give_up`` is set (OpenFailed, gave_up)."""
+        opening = asyncio.ensure_future(self._open(update, timeout))
+        stopping = asyncio.ensure_future(give_up.wait())
+        try:
+            await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not opening.done():
+                opening.cancel()
+                with contextlib.suppress(BaseException):
+                    await opening
+        if not opening.cancelled():
+            opening.result()  # opened, or its OpenFailed
+            return
+        t = self.timings
+        started = t.t_connect_start_ns or time.monotonic_ns()
+        waited = (time.monotonic_ns() - started) / 1e9
+        upgraded = t.t_open_ns is not None
+        raise OpenFailed(
+            f"{self._where()}: gave up after {waited:.1f} s without "
+            + ("session.created" if upgraded else "a websocket connection")
+            + " (the run stopped)",
+            cause=Cause.HANDSHAKE_TIMEOUT if upgraded else Cause.TIMEOUT,
+            connect_ms=t.connect_ms,
+            gave_up=True,
+        )
 
     @classmethod
     async def attach(
@@ -310,8 +415,17 @@ class DuplexConnection:
         return self
 
     async def _connect_socket(self, timeout: float) -> WebSocket:
+        """TCP (+ TLS) and the websocket upgrade; OpenFailed naming what went wrong."""
         opts = self.options
         timeout = min(timeout, opts.open_timeout_s)
+        connected = False
+
+        def on_connected() -> None:
+            nonlocal connected
+            connected = True
+
+        secure = self.url.startswith("wss://")
+        tls = (opts.tls or process_tls()).context() if secure else None
         try:
             return await asyncio.wait_for(
                 open_websocket(
@@ -319,34 +433,95 @@ class DuplexConnection:
                     headers=self._headers,
                     user_agent="duplexctl",
                     max_size=opts.max_size,
+                    ssl=tls,
+                    on_connected=on_connected,
                 ),
                 timeout,
             )
-        except InvalidStatus as exc:
-            status = exc.response.status_code
-            hint = " (check --api-key)" if status in (401, 403) else ""
-            raise OpenFailed(
-                f"{self._where()} refused the websocket upgrade: HTTP {status}{hint}",
-                admission="rejected_other",
-            ) from None
-        except TimeoutError:
-            raise OpenFailed(
-                f"{self._where()}: no websocket within {timeout:g} s", admission="timeout"
-            ) from None
         except InvalidURI:
+            raise BadInput(f"not a websocket URL: {self.given_url}") from None
+        except TimeoutError:
+            if connected:
+                what = "accepted the connection but did not answer the websocket upgrade"
+            else:
+                what = "did not complete the " + ("TLS" if secure else "TCP") + " connection"
             raise OpenFailed(
-                f"not a websocket URL: {self.url}", admission="transport_error"
+                f"{self._where()}: the server {what} within {timeout:g} s", cause=Cause.TIMEOUT
             ) from None
+        except InvalidStatus as exc:
+            raise self._refused_upgrade(exc) from None
         except (OSError, WebSocketException) as exc:
-            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise OpenFailed(
-                f"cannot connect to {self._where()}: {detail or type(exc).__name__}",
-                admission="transport_error",
-            ) from None
+            raise self._cannot_connect(exc, connected=connected) from None
+
+    def _refused_upgrade(self, exc: InvalidStatus) -> OpenFailed:
+        """The server answered the upgrade with an HTTP status other than 101."""
+        response = exc.response
+        status = response.status_code
+        head = f"{self._where()}: the server answered the websocket upgrade with HTTP {status}"
+        head += f" {response.reason_phrase}" if response.reason_phrase else ""
+        if status >= 400:
+            hints = {
+                401: "check --api-key",
+                403: "check --api-key",
+                404: "no websocket at this path; duplex servers serve /v1/realtime?duplex=1",
+            }
+            hint = hints.get(status)
+            return OpenFailed(head + (f" ({hint})" if hint else ""), cause=Cause.HTTP_STATUS)
+        location = response.headers.get("Location")
+        if 300 <= status < 400 and location:
+            hint = f"it redirects to {location}; use that as --url"
+        else:
+            hint = "a web server, not a websocket endpoint"
+        return OpenFailed(
+            f"{head} instead of switching to a websocket ({hint})", cause=Cause.NOT_WEBSOCKET
+        )
+
+    def _cannot_connect(self, exc: OSError | WebSocketException, *, connected: bool) -> OpenFailed:
+        """Classify a failure to connect or upgrade (the cause vocabulary, one line each);
+        ``connected``: TCP and TLS were up, only the upgrade failed."""
+        parts = urlsplit(self.url)
+        host, where = parts.hostname or "?", self._where()
+        secure = self.url.startswith("wss://")
+        if isinstance(exc, ConnectionRefusedError):
+            return OpenFailed(
+                f"{where}: cannot connect: nothing is listening at {parts.netloc} "
+                "(connection refused)",
+                cause=Cause.REFUSED,
+            )
+        if isinstance(exc, socket.gaierror):
+            return OpenFailed(
+                f"{where}: cannot resolve the host name {host!r} ({exc.strerror or exc})",
+                cause=Cause.DNS,
+            )
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return OpenFailed(
+                f"{where}: TLS certificate verification failed ({exc.verify_message}); "
+                "pass --ca-file PEM with the CA that signed the server's certificate, or "
+                "--insecure to skip verification",
+                cause=Cause.TLS,
+            )
+        if isinstance(exc, ssl.SSLError) or (secure and not connected and isinstance(exc, OSError)):
+            reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
+            return OpenFailed(
+                f"{where}: the TLS handshake failed ({reason}); if the server does not speak "
+                "TLS, use ws:// instead of wss://",
+                cause=Cause.TLS,
+            )
+        if isinstance(exc, UpgradeUnanswered):
+            hint = "" if secure else " (a TLS port? then use wss://)"
+            return OpenFailed(f"{where}: {exc}{hint}", cause=Cause.NOT_WEBSOCKET)
+        if isinstance(exc, InvalidHandshake):
+            return OpenFailed(
+                f"{where}: the server did not answer as a websocket server: {exc}",
+                cause=Cause.NOT_WEBSOCKET,
+            )
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return OpenFailed(
+            f"{where}: cannot connect: {detail or type(exc).__name__}", cause=Cause.NETWORK
+        )
 
     def _where(self) -> str:
-        parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.netloc}{parts.path}"
+        return self.given_url
 
     async def _open(self, update: dict[str, Any], timeout: float) -> None:
         t = self.timings
@@ -357,32 +532,43 @@ class DuplexConnection:
         t.connect_ms = _ms(t.t_connect_start_ns, t.t_open_ns)
         self._ws = ws
         self.session.begin_connection()
-        ws.send(codec.dumps(update))
-        t.t_update_sent_ns = self._last_send_ns = time.monotonic_ns()
-        while True:
-            try:
+        frames = 0
+        try:
+            ws.send(codec.dumps(update))
+            t.t_update_sent_ns = self._last_send_ns = time.monotonic_ns()
+            while True:
                 happenings = await self._recv_handshake(ws, deadline)
-            except TimeoutError:
-                raise OpenFailed(
-                    f"{self._where()}: no session.created within {timeout:g} s",
-                    admission="timeout",
-                    connect_ms=t.connect_ms,
-                ) from None
-            except ConnectionClosed as exc:
-                raise OpenFailed(
-                    f"{self._where()} closed the connection before session.created "
-                    f"(code {exc.rcvd.code if exc.rcvd else 1006})",
-                    admission="transport_error",
-                    connect_ms=t.connect_ms,
-                ) from None
-            for h in happenings:
-                if isinstance(h, SessionCreated):
-                    t.t_created_ns = h.recv_ns
-                    t.handshake_ms = _ms(t.t_update_sent_ns, h.recv_ns)
-                    self._start_tasks(ws)
-                    return
-                if isinstance(h, ErrorReceived) and h.seq is None:
-                    self._raise_open_error(h)
+                frames += 1
+                for h in happenings:
+                    if isinstance(h, SessionCreated):
+                        t.t_created_ns = h.recv_ns
+                        t.handshake_ms = _ms(t.t_update_sent_ns, h.recv_ns)
+                        self._start_tasks(ws)
+                        return
+                    if isinstance(h, ErrorReceived) and h.seq is None:
+                        self._raise_open_error(h)
+                    if isinstance(h, ViolationRecorded) and h.violation.name in NOT_PROTOCOL:
+                        raise OpenFailed(
+                            f"{self._where()}: the server sent {_frame_words(h)} instead of "
+                            "session.created",
+                            cause=Cause.GARBAGE,
+                            connect_ms=t.connect_ms,
+                        )
+        except TimeoutError:
+            seen = f" ({frames} other frame(s) received)" if frames else ""
+            raise OpenFailed(
+                f"{self._where()}: the server accepted the websocket but sent no "
+                f"session.created within {timeout:g} s{seen}",
+                cause=Cause.HANDSHAKE_TIMEOUT,
+                connect_ms=t.connect_ms,
+            ) from None
+        except ConnectionClosed:
+            when = "right after the websocket upgrade" if not frames else "before session.created"
+            raise OpenFailed(
+                f"{self._where()}: the server closed the connection {when} ({_closing(ws)})",
+                cause=Cause.CLOSED_AFTER_UPGRADE,
+                connect_ms=t.connect_ms,
+            ) from None
 
     def _raise_open_error(self, h: ErrorReceived) -> None:
         err, t = h.error, self.timings
@@ -392,14 +578,14 @@ class DuplexConnection:
             raise AdmissionRejected(
                 f"{self._where()} is full: {err.code}"
                 + (f" (limit {limit} sessions)" if limit is not None else f": {err.message}"),
-                admission="rejected_capacity",
+                cause=Cause.REJECTED_CAPACITY,
                 error=err,
                 connect_ms=t.connect_ms,
                 time_to_reject_ms=reject_ms,
             )
         raise HandshakeFailed(
             f"{self._where()} refused the session: {err.code}: {err.message}",
-            admission="rejected_other",
+            cause=Cause.REJECTED_OTHER,
             error=err,
             connect_ms=t.connect_ms,
             time_to_reject_ms=reject_ms,
@@ -417,15 +603,13 @@ class DuplexConnection:
     # -- receiving -------------------------------------------------------------------------
 
     def _digest(self, raw: Message, recv_ns: int) -> list[Happening]:
-        try:
-            frame = codec.loads(raw)
-        except codec.FrameDecodeError:
-            self.undecodable_frames += 1
-            return []
-        if not isinstance(frame, dict):
-            self.undecodable_frames += 1
-            return []
-        happenings = self.session.on_frame(frame, recv_ns)
+        happenings = self.session.on_message(raw, recv_ns)  # never raises
+        if self._violations:
+            happenings += [
+                ViolationRecorded(type="client.violation", recv_ns=recv_ns, seq=v.seq, violation=v)
+                for v in self._violations
+            ]
+            self._violations.clear()
         for h in happenings:
             self._dispatch(h)
         return happenings
@@ -708,17 +892,14 @@ class DuplexConnection:
         self.session.begin_connection()
         event = self.session.resume()
         record.resumed_from_seq = self.session.last_seq
-        ws.send(codec.dumps(event))
-        t_sent = self._last_send_ns = time.monotonic_ns()
         try:
+            ws.send(codec.dumps(event))
+            t_sent = self._last_send_ns = time.monotonic_ns()
             while True:
                 try:
                     happenings = await self._recv_handshake(ws, deadline)
                 except TimeoutError:
                     record.outcome = "timeout"
-                    return False
-                except ConnectionClosed:
-                    record.outcome = record.outcome or "transport_error"
                     return False
                 for h in happenings:
                     if isinstance(h, SessionResumed):
@@ -739,6 +920,12 @@ class DuplexConnection:
                     if isinstance(h, (SessionExpired, SessionClosed, SessionReplaced)):
                         record.outcome = h.type
                         return True
+                    if isinstance(h, ViolationRecorded) and h.violation.name in NOT_PROTOCOL:
+                        record.outcome = Cause.GARBAGE.value
+                        return False
+        except ConnectionClosed:  # at any point, even with the upgrade answer
+            record.outcome = record.outcome or "transport_error"
+            return False
         finally:
             if ws is not None:
                 ws.abort()

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Final, cast
 
 from websockets.client import ClientProtocol
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidMessage
 from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import CONNECTING, OPEN, State
@@ -60,6 +60,8 @@ MASK_POOL_BYTES: Final = 4096
 CLOSE_TCP_TIMEOUT_S: Final = 2.0
 #: The upgrade answer's head may not exceed this (websockets' own limits are far below).
 MAX_HEAD_BYTES: Final = 65536
+#: How much of a non-HTTP answer to the upgrade an error shows.
+UPGRADE_SHOWN_BYTES: Final = 60
 #: Frames the fast parser handles itself: continuation, text, binary, ping, pong.
 _FAST_OPCODES: Final = frozenset({0x0, 0x1, 0x2, 0x9, 0xA})
 #: Transport write buffer above which :meth:`WebSocket.drain` waits (same as websockets).
@@ -67,6 +69,10 @@ WRITE_LIMIT: Final = 2**15
 
 
 _DATA_OPCODES: Final = frozenset({Opcode.CONT, Opcode.TEXT, Opcode.BINARY})
+
+
+class UpgradeUnanswered(ConnectionError):
+    """The server closed the connection before answering the upgrade with a single byte."""
 
 
 def _resolve(future: asyncio.Future[None] | None) -> None:
@@ -168,15 +174,26 @@ class WebSocket(asyncio.Protocol):
         self.close_code = rcvd.code if rcvd is not None else int(CloseCode.ABNORMAL_CLOSURE)
         self.close_reason = rcvd.reason if rcvd is not None else ""
         if not self._response.done():
-            self._response.set_exception(
-                protocol.handshake_exc or ConnectionError("connection closed during upgrade")
-            )
+            self._response.set_exception(self._upgrade_failure())
             self._response.exception()  # retrieved: nobody may be waiting any more
         self._wake()
         _resolve(self._drain_waiter)
         self._closed.set_result(None)
         if self.on_close is not None:
             self.on_close(self)
+
+    def _upgrade_failure(self) -> Exception:
+        """Why the upgrade ended without an answer, naming what the server did send: an
+        incomplete head (the first bytes of something that is not HTTP), or nothing."""
+        if self._head:
+            return InvalidMessage(
+                f"the answer to the upgrade is not HTTP: {self._head[:UPGRADE_SHOWN_BYTES]!r}"
+            )
+        if self.protocol.handshake_exc is not None and not isinstance(
+            self.protocol.handshake_exc.__cause__, EOFError
+        ):
+            return self.protocol.handshake_exc
+        return UpgradeUnanswered("the server closed the connection without answering the upgrade")
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -364,7 +381,11 @@ class WebSocket(asyncio.Protocol):
         protocol = self.protocol
         if protocol.state is State.CLOSED:
             return protocol.close_exc
-        return ConnectionClosed(protocol.close_rcvd, protocol.close_sent)
+        # closing (a close frame came with the upgrade answer, or the connection is being
+        # failed): the library asserts this third argument is set exactly when both are
+        rcvd, sent = protocol.close_rcvd, protocol.close_sent
+        both = rcvd is not None and sent is not None
+        return ConnectionClosed(rcvd, sent, protocol.close_rcvd_then_sent if both else None)
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -403,14 +424,17 @@ async def open_websocket(
     user_agent: str | None = None,
     max_size: int | None = 2**20,
     ssl: ssl_module.SSLContext | None = None,
+    on_connected: Callable[[], None] | None = None,
 ) -> WebSocket:
     """Open ``url`` (``ws://`` or ``wss://``) and complete the upgrade.
 
     Raises websockets' ``InvalidURI`` for a bad URL, ``InvalidStatus`` when the server
     refuses the upgrade (the HTTP status is on ``exc.response``), another
     ``InvalidHandshake`` for a bad upgrade answer, ``OSError`` when the socket cannot be
-    opened. No timeout of its own: wrap it (``asyncio.wait_for``). The transport is closed
-    on every failure.
+    opened (``ssl.SSLError`` for TLS). No timeout of its own: wrap it
+    (``asyncio.wait_for``); ``on_connected`` is called once TCP (and TLS) are up and only the
+    upgrade is left, so a timeout can say which part the server never did. The transport is
+    closed on every failure.
     """
     wsuri = parse_uri(url)
     protocol = ClientProtocol(wsuri, max_size=max_size)
@@ -426,6 +450,8 @@ async def open_websocket(
         ssl=context,
         server_hostname=wsuri.host if context is not None else None,
     )
+    if on_connected is not None:
+        on_connected()
     try:
         request = protocol.connect()
         if headers:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from duplexctl.errors import BadInput, ServerUnreachable
+from duplexctl.errors import ServerUnreachable
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.dashboard import Dashboard
 from duplexctl.load.engine import make_plan
@@ -66,27 +66,19 @@ def run_load(config: LoadConfig) -> RunResult:
 @contextlib.asynccontextmanager
 async def target(config: LoadConfig) -> AsyncIterator[tuple[str, dict[str, Any] | None]]:
     """The server to load: ``--url``, or the embedded reference server (said in one line)."""
-    if config.url is not None:
-        yield config.url, None
-        return
-    from duplexctl.server.config import ServerConfig
-    from duplexctl.server.embedded import embedded_server
+    from duplexctl.client.target import server_target
 
-    try:
-        server_config = ServerConfig(**config.server_overrides)
-    except TypeError as exc:
-        raise BadInput(f"embedded server: {exc}") from None
-    async with embedded_server(server_config) as url:
-        print(
-            f"duplexctl: no --url: loading the embedded reference server at {url} "
-            f"(max_sessions {server_config.max_sessions})",
-            file=sys.stderr,
-        )
+    overrides = config.server_overrides if config.url is None else None
+    async with server_target(config.url, overrides) as found:
+        if found.embedded is None:
+            yield found.url, None
+            return
+        print(f"duplexctl: {found.line}", file=sys.stderr)
         echo = {
             k: (str(v) if not isinstance(v, int | float | str | bool | type(None)) else v)
-            for k, v in dataclasses.asdict(server_config).items()
+            for k, v in dataclasses.asdict(found.embedded).items()
         }
-        yield url, echo
+        yield found.url, echo
 
 
 async def _main(config: LoadConfig) -> RunResult:

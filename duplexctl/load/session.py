@@ -38,7 +38,6 @@ from typing import Any, Final
 
 from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.client.connection import ConnectionLost, DuplexConnection, OpenFailed
-from duplexctl.load.causes import attempt_cause
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
 from duplexctl.protocol.client_state import Happening, SessionResumed
@@ -65,7 +64,9 @@ class SessionRecord:
     admission: str = (
         "pending"  # admitted | rejected_capacity | rejected_other | transport_error | timeout
     )
-    cause: str | None = None  # why it was not admitted (load.causes), None when admitted
+    # why it was not admitted (client.causes; client_error: an exception of the client itself),
+    # None when admitted
+    cause: str | None = None
     code: str | None = None
     advertised_limit: int | None = None
     session_id: str | None = None
@@ -268,18 +269,19 @@ class LoadSession:
         return rec
 
     def _not_admitted(self, exc: Exception) -> None:
-        """The attempt failed before ``session.created``: its admission and cause."""
+        """The attempt failed before ``session.created``: its admission and cause (the
+        client names both for every failed open; any other exception is the client's own)."""
         rec = self.record
-        error = getattr(exc, "error", None)
-        rec.admission = getattr(exc, "admission", None) or "transport_error"
-        rec.cause = attempt_cause(exc)
-        rec.code = error.code if error is not None else None
-        rec.advertised_limit = error.advertised_limit if error is not None else None
-        rec.connect_ms = getattr(exc, "connect_ms", None)
-        rec.time_to_reject_ms = getattr(exc, "time_to_reject_ms", None)
-        # the client's own exceptions say what happened; anything else is named by its type
-        rec.end_reason = str(exc) if isinstance(exc, OpenFailed) else f"{type(exc).__name__}: {exc}"
         rec.t_end = time.monotonic()
+        if not isinstance(exc, OpenFailed):
+            rec.admission, rec.cause = "transport_error", "client_error"
+            rec.end_reason = f"{type(exc).__name__}: {exc}"
+            self.sink.session_finished(rec)
+            return
+        rec.admission, rec.cause, rec.end_reason = exc.admission, str(exc.cause), str(exc)
+        if exc.error is not None:
+            rec.code, rec.advertised_limit = exc.error.code, exc.error.advertised_limit
+        rec.connect_ms, rec.time_to_reject_ms = exc.connect_ms, exc.time_to_reject_ms
         self.sink.session_finished(rec)
 
     def _admitted(self, conn: DuplexConnection) -> None:

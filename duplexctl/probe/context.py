@@ -441,6 +441,7 @@ class ProbeContext:
     ) -> None:
         from duplexctl.client.connection import with_autostart_off
 
+        self.given_url = url  # for messages: the URL without our own autostart=0
         self.url = with_autostart_off(url)
         self.facts = facts
         self.api_key = api_key
@@ -552,11 +553,15 @@ class ProbeContext:
         label = label or self.label("r")
         if quiet:
             self.trace.muted.add(label)
+        from duplexctl.client.target import process_tls
+
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+        target = url or self.url
         try:
             ws = await asyncio.wait_for(
                 ws_connect(
-                    url or self.url,
+                    target,
+                    ssl=process_tls().context() if target.startswith("wss://") else None,
                     compression=None,
                     max_size=64 * MiB,
                     max_queue=None,
@@ -568,7 +573,7 @@ class ProbeContext:
                 15.0,
             )
         except (OSError, WebSocketException, TimeoutError) as exc:
-            raise ServerUnreachable(f"cannot connect to {self.url}: {exc}") from None
+            raise ServerUnreachable(f"cannot connect to {url or self.given_url}: {exc}") from None
         self.trace.add(label, "net", "connect", "")
         raw = RawConn(self, label, ws)
         self._raws.append(raw)

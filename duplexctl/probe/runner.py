@@ -170,22 +170,25 @@ async def probe_target(
     on_embedded: Callable[[str], None] | None = None,
 ) -> ProbeReport:
     """Probe ``config.url``, or — without one — the reference server started in-process
-    (with ``--max-sessions`` / ``--disconnect-grace-s`` applied to it when given)."""
-    facts = _facts(config)
-    if config.url:
-        return await run_probes(config.url, config, facts, on_result=on_result)
-    from duplexctl.server.config import ServerConfig
-    from duplexctl.server.embedded import embedded_server
+    (with ``--max-sessions`` / ``--disconnect-grace-s`` applied to it when given);
+    ``on_embedded`` gets the line saying so."""
+    from duplexctl.client.target import server_target
 
-    server_config = ServerConfig()
-    if config.max_sessions is not None:
-        server_config.max_sessions = config.max_sessions
-    if config.disconnect_grace_s is not None:
-        server_config.disconnect_grace_s = config.disconnect_grace_s
-    facts.embedded = True
-    facts.limit, facts.limit_source = server_config.max_sessions, "embedded"
-    facts.disconnect_grace_s, facts.grace_source = server_config.disconnect_grace_s, "embedded"
-    async with embedded_server(server_config) as url:
-        if on_embedded is not None:
-            on_embedded(url)
-        return await run_probes(url, config, facts, on_result=on_result)
+    facts = _facts(config)
+    embedded_settings = {
+        key: value
+        for key, value in (
+            ("max_sessions", config.max_sessions),
+            ("disconnect_grace_s", config.disconnect_grace_s),
+        )
+        if value is not None
+    }
+    async with server_target(config.url or None, embedded_settings) as target:
+        server = target.embedded
+        if server is not None:
+            facts.embedded = True
+            facts.limit, facts.limit_source = server.max_sessions, "embedded"
+            facts.disconnect_grace_s, facts.grace_source = server.disconnect_grace_s, "embedded"
+            if on_embedded is not None and target.line:
+                on_embedded(target.line)
+        return await run_probes(target.url, config, facts, on_result=on_result)

@@ -20,6 +20,13 @@ What it owns, and why here:
   assistant timeline (``audio_ms``) and the chunk gaps.
 * **Audio decoding.** Deltas are decoded in the format and rate *they* state (pcm16, wav,
   G.711, f32) into PCM16 so that everything downstream handles one format.
+* **Validation** (issue 16.1). Every message is checked before anything uses it: a binary
+  frame, text that is not JSON, JSON that is not an object, a frame that breaks
+  :mod:`duplexctl.protocol.server_events` (required fields missing or mistyped) or a seq at
+  or below one already processed outside a resume's replay is a recorded violation with the
+  frame as evidence — never an exception — and the frame is not acted on (a broken required
+  field: :class:`Malformed`; a mistyped optional field is ignored, the rest is used). The
+  checker's ``on_violation`` hook lets a transport log each one where it happened.
 
 Both dialects are accepted: beta audio names are canonicalised with ``names.canonical``.
 Unknown event types become :class:`Other` — servers add events freely (``duplex.*``).
@@ -29,7 +36,8 @@ Public API::
     cs = ClientSession(output_format="pcm16", output_rate=24000, checker=None)
     cs = ClientSession.resuming(session_id, resume_token, last_seq)   # another process's session
     cs.begin_connection()                      # the transport opened a new socket
-    cs.on_frame(frame: dict, recv_ns: int) -> list[Happening]
+    cs.on_message(data: str | bytes, recv_ns: int) -> list[Happening]   # a websocket message
+    cs.on_frame(frame: dict, recv_ns: int) -> list[Happening]           # an already decoded one
     cs.pending_ack() -> int | None;  cs.mark_acked(seq)
     cs.session_id, cs.resume_token, cs.attachment_generation, cs.capabilities, cs.epoch,
     cs.last_seq, cs.duplicates_dropped, cs.seq_gaps, cs.closed, cs.expired,
@@ -46,7 +54,7 @@ from typing import Any, Final
 
 from duplexctl.audio import pcm
 from duplexctl.errors import SessionStateError
-from duplexctl.protocol import ids, names
+from duplexctl.protocol import codec, ids, names, server_events
 from duplexctl.protocol.errors import WireError, parse_error
 from duplexctl.protocol.invariants import InvariantChecker
 
@@ -218,6 +226,14 @@ class Other(Happening):
     """Any other event (item events, cleared, rate_limits.updated, duplex.*, unknown)."""
 
 
+@dataclass(slots=True, kw_only=True)
+class Malformed(Happening):
+    """A frame whose required fields are missing or mistyped: recorded, not acted on.
+    ``type`` is the frame's (canonical) type, or ``<missing type>``."""
+
+    problems: list[str]
+
+
 # --------------------------------------------------------------------------------------------
 # Response tracking
 # --------------------------------------------------------------------------------------------
@@ -387,6 +403,8 @@ class ClientSession:
         self.resync_reason: str | None = None
         self.responses: dict[str, ResponseTrack] = {}
         self.response_order: list[str] = []
+        # a resume's connection, until its first new seq: overlap there is the replay's
+        self._replaying = False
 
     @classmethod
     def resuming(
@@ -415,6 +433,7 @@ class ClientSession:
     def begin_connection(self) -> None:
         """The transport opened a new socket for this session (the first one or a resume)."""
         self.connections += 1
+        self._replaying = self.created
         self.checker.new_connection()
 
     @property
@@ -457,29 +476,102 @@ class ClientSession:
 
     # -- receiving -------------------------------------------------------------------------
 
+    def on_message(self, data: str | bytes, recv_ns: int) -> list[Happening]:
+        """Digest one websocket message as received (text or binary); never raises.
+
+        A transport calls this from its receive path, where an exception would end the
+        connection without a word: should digesting ever raise (a duplexctl bug — the
+        property suites feed :meth:`on_frame` directly so they see it), the exception is
+        recorded as a ``client_error`` violation with the frame instead."""
+        try:
+            return self._on_message(data, recv_ns)
+        except Exception as exc:
+            self.checker.violate(
+                "client_error",
+                f"duplexctl failed on this frame ({type(exc).__name__}: {exc}); please report it",
+                recv_ns=recv_ns,
+                frame=data,
+            )
+            return []
+
+    def _on_message(self, data: str | bytes, recv_ns: int) -> list[Happening]:
+        if isinstance(data, bytes):
+            return self._garbage(
+                "binary_frame", "a binary frame (the protocol sends JSON text only)", data, recv_ns
+            )
+        try:
+            frame = codec.loads(data)
+        except codec.FrameDecodeError:
+            return self._garbage("not_json", "a text frame that is not JSON", data, recv_ns)
+        if not isinstance(frame, dict):
+            kind = type(frame).__name__
+            return self._garbage(
+                "not_object", f"JSON that is not an object (a {kind})", data, recv_ns
+            )
+        return self.on_frame(frame, recv_ns)
+
+    def _garbage(self, name: str, detail: str, data: str | bytes, recv_ns: int) -> list[Happening]:
+        self.checker.violate(name, detail, recv_ns=recv_ns, frame=data)
+        return []
+
     def on_frame(self, frame: dict[str, Any], recv_ns: int) -> list[Happening]:
-        """Digest one server frame; returns what it meant ([] for a dropped replay)."""
-        seq = _int(frame.get("server_event_seq"))
+        """Digest one decoded server frame; returns what it meant (nothing for a dropped
+        duplicate). What breaks the protocol is recorded in ``checker``, never raised."""
+        verdict = server_events.check(frame)
+        clean = verdict.clean  # a mistyped seq is not in it: the frame counts as unsequenced
+        seq: int | None = clean.get("server_event_seq")
+        raw_type = frame.get("type")
+        etype = names.canonical(raw_type) if isinstance(raw_type, str) else "<missing type>"
         if seq is not None:
             if seq <= self.last_seq:
                 self.duplicates_dropped += 1
+                if not self._replaying:
+                    self.checker.violate(
+                        "seq_out_of_order",
+                        f"server_event_seq {seq} after {self.last_seq} ({etype}): a duplicate "
+                        "or out of order, outside a resume's replay; dropped",
+                        recv_ns=recv_ns,
+                        seq=seq,
+                        frame=frame,
+                    )
                 return []
+            self._replaying = False
             if seq > self.last_seq + 1:
                 self.seq_gaps += 1
                 self.missing_events += seq - self.last_seq - 1
             self.last_seq = seq
-        raw_type = frame.get("type")
-        etype = names.canonical(raw_type) if isinstance(raw_type, str) else "<missing type>"
-        happening = self._interpret(etype, frame, recv_ns, seq)
+        if verdict.problems:
+            self.checker.violate(
+                "malformed_event",
+                f"{etype}: {'; '.join(verdict.problems)}"
+                + ("; not acted on" if verdict.broken else ""),
+                recv_ns=recv_ns,
+                seq=seq,
+                frame=frame,
+            )
+        happening: Happening
+        if verdict.broken:
+            happening = Malformed(
+                type=etype, recv_ns=recv_ns, seq=seq, frame=frame, problems=verdict.problems
+            )
+            self.checker.check_envelope(happening)
+            return [happening]
+        happening = self._interpret(etype, clean, recv_ns, seq, frame)
         if happening.epoch is not None and happening.epoch > self.epoch:
             self.epoch = happening.epoch
         self.checker.check(happening)
         return [happening]
 
     def _interpret(
-        self, etype: str, frame: dict[str, Any], recv_ns: int, seq: int | None
+        self,
+        etype: str,
+        frame: dict[str, Any],
+        recv_ns: int,
+        seq: int | None,
+        received: dict[str, Any],
     ) -> Happening:
-        base: dict[str, Any] = {"type": etype, "recv_ns": recv_ns, "seq": seq, "frame": frame}
+        """The happening ``frame`` (validated) means; ``received`` is the frame as it came."""
+        base: dict[str, Any] = {"type": etype, "recv_ns": recv_ns, "seq": seq, "frame": received}
         handler = _HANDLERS.get(etype)
         if handler is not None:
             return handler(self, frame, base)

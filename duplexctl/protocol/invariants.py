@@ -19,6 +19,20 @@ Checked, in the order metrics.md lists them:
   before it — allowed). ``duplicate_session_created`` likewise.
 * ``event_after_session_closed`` / ``duplicate_session_closed``: ``session.closed`` is last.
 * ``audio_decode``: an audio delta that does not decode in the format and rate it states.
+* ``unknown_response``: a ``response.speak`` or delta for a response id that was never
+  created (docs/protocol.md §4.2: ``response.created`` opens every response).
+
+Recorded by :class:`~duplexctl.protocol.client_state.ClientSession` through :meth:`violate`
+(the frame never reached the checks above): ``binary_frame``, ``not_json``, ``not_object``
+(docs/protocol.md §1.3: one JSON object per text frame), ``malformed_event`` (the frame breaks
+:mod:`duplexctl.protocol.server_events`), ``seq_out_of_order`` (a seq at or below one already
+processed, outside the replay that follows a resume) and ``client_error`` (digesting a frame
+raised: a duplexctl bug, recorded with the frame instead of ending the connection).
+
+**Evidence.** The first :data:`EVIDENCE_PER_KIND` violations of each kind keep the offending
+frame, trimmed (:func:`evidence`), next to its seq and receive time, so a report says what the
+server sent, not only how often; at most :data:`KEPT_PER_KIND` of each kind are kept at all
+(a hostile server can send millions), while :meth:`InvariantChecker.counts` stays exact.
 
 The checker reads happenings duck-typed (``type``, ``seq``, ``epoch``, ``recv_ns`` and the
 kind-specific fields), so it does not import client_state and can be fed by anything.
@@ -26,8 +40,10 @@ kind-specific fields), so it does not import client_state and can be fed by anyt
 Public API::
 
     checker = InvariantChecker(start_seq=0, knows_history=True)
-    checker.new_connection(); checker.check(happening)
-    checker.violations: list[Violation]; checker.counts() -> dict[str, int]
+    checker.new_connection(); checker.check(happening); checker.check_envelope(happening)
+    checker.violate(name, detail, recv_ns=…, seq=…, response_id=…, frame=…) -> Violation
+    checker.violations: list[Violation]; checker.counts() -> dict[str, int]; checker.total
+    checker.on_violation = fn             # called with each Violation as it is recorded
     checker.open_responses -> list[str]; checker.open_at_close -> list[str]
     checker.finish() -> list[str]      # response ids never finished
 """
@@ -35,8 +51,11 @@ Public API::
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Final
+
+from duplexctl.protocol import codec
 
 _DELTAS: Final = frozenset(
     {
@@ -46,17 +65,48 @@ _DELTAS: Final = frozenset(
     }
 )
 _UNSEQUENCED_OK_BEFORE_CREATED: Final = frozenset({"error", "session.resync_required"})
+_RESPONSE_EVENTS: Final = _DELTAS | {"response.speak"}
+
+#: Violations of one kind that keep their frame as evidence.
+EVIDENCE_PER_KIND: Final = 3
+#: Violations of one kind kept at all (the count stays exact beyond it).
+KEPT_PER_KIND: Final = 100
+#: Evidence is cut to this many characters (a JSON frame) or bytes (a frame that is not).
+EVIDENCE_CHARS: Final = 400
+GARBAGE_BYTES: Final = 60
+
+
+def evidence(frame: Any) -> str:
+    """``frame`` as a report can show it: a decoded frame as JSON text, a frame that did not
+    decode as the repr of its first :data:`GARBAGE_BYTES` bytes; trimmed, with its size."""
+    if isinstance(frame, str | bytes):
+        data = frame.encode(errors="replace") if isinstance(frame, str) else frame
+        shown = repr(data[:GARBAGE_BYTES])
+        return (
+            shown
+            if len(data) <= GARBAGE_BYTES
+            else f"{shown} (first {GARBAGE_BYTES} of {len(data)} bytes)"
+        )
+    try:
+        text = codec.dumps(frame)
+    except TypeError:
+        text = repr(frame)
+    if len(text) <= EVIDENCE_CHARS:
+        return text
+    return f"{text[:EVIDENCE_CHARS]}... (first {EVIDENCE_CHARS} of {len(text)} characters)"
 
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One broken invariant: ``name`` (stable, for counting), a human ``detail``."""
+    """One broken invariant: ``name`` (stable, for counting), a human ``detail``, and for the
+    first few of each kind ``frame``: the offending frame as :func:`evidence`."""
 
     name: str
     detail: str
     recv_ns: int | None
     seq: int | None = None
     response_id: str | None = None
+    frame: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +120,9 @@ class InvariantChecker:
         # so responses and session.created from before our first frame are unknown.
         self.knows_history = knows_history
         self.violations: list[Violation] = []
+        self._counts: Counter[str] = Counter()
+        #: called with every violation as it is recorded (a transport logs them)
+        self.on_violation: Callable[[Violation], None] | None = None
         self.connections = 0
         self.started = not knows_history
         self.closed = False
@@ -81,17 +134,47 @@ class InvariantChecker:
         self._open: dict[str, None] = {}  # insertion-ordered set of open response ids
         self.open_at_close: list[str] = []
 
+    def violate(
+        self,
+        name: str,
+        detail: str,
+        *,
+        recv_ns: int | None,
+        seq: int | None = None,
+        response_id: str | None = None,
+        frame: Any = None,
+    ) -> Violation:
+        """Record one violation (evidence kept for the first few of its kind)."""
+        n = self._counts[name]
+        self._counts[name] = n + 1
+        shown = evidence(frame) if frame is not None and n < EVIDENCE_PER_KIND else None
+        violation = Violation(name, detail, recv_ns, seq, response_id, shown)
+        if n < KEPT_PER_KIND:
+            self.violations.append(violation)
+        if self.on_violation is not None:
+            self.on_violation(violation)
+        return violation
+
     def _violate(self, name: str, detail: str, h: Any, response_id: str | None = None) -> None:
-        self.violations.append(
-            Violation(
-                name, detail, getattr(h, "recv_ns", None), getattr(h, "seq", None), response_id
-            )
+        self.violate(
+            name,
+            detail,
+            recv_ns=getattr(h, "recv_ns", None),
+            seq=getattr(h, "seq", None),
+            response_id=response_id,
+            frame=getattr(h, "frame", None),
         )
+
+    @property
+    def total(self) -> int:
+        return sum(self._counts.values())
 
     def new_connection(self) -> None:
         self.connections += 1
 
-    def check(self, h: Any) -> None:
+    def check_envelope(self, h: Any) -> None:
+        """The checks every frame gets, even one the client does not act on (malformed):
+        nothing after session.closed, session.created first, seq continuity."""
         etype: str = h.type
         seq: int | None = h.seq
         if self.closed:
@@ -106,6 +189,11 @@ class InvariantChecker:
                     "seq_gap", f"server_event_seq {seq} after {self.last_seq} ({etype})", h
                 )
             self.last_seq = max(self.last_seq, seq)
+
+    def check(self, h: Any) -> None:
+        """Every check, for a frame the client acts on."""
+        etype: str = h.type
+        self.check_envelope(h)
         self._check_response(etype, h)
         if h.epoch is not None:
             self.max_epoch = max(self.max_epoch, h.epoch)
@@ -144,8 +232,12 @@ class InvariantChecker:
                 self._violate("response_done_without_created", f"{rid} done, never created", h, rid)
             self._done.add(rid)
             self._open.pop(rid, None)
-        elif etype in _DELTAS:
+        elif etype in _RESPONSE_EVENTS:
             rid = h.response_id
+            if rid not in self._created and self.knows_history:
+                self._violate("unknown_response", f"{etype} for {rid}, never created", h, rid)
+            if etype not in _DELTAS:
+                return
             if rid in self._done:
                 self._violate("delta_after_response_done", f"{etype} after response.done", h, rid)
             if h.epoch is not None and h.epoch < self.max_epoch:
@@ -166,4 +258,4 @@ class InvariantChecker:
         return self.open_at_close if self.ended else self.open_responses
 
     def counts(self) -> dict[str, int]:
-        return dict(Counter([v.name for v in self.violations]))
+        return dict(self._counts)

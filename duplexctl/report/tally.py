@@ -40,7 +40,7 @@ class RunTally:
         self._slicer = TimeSlicer(slice_s, origin=origin, windows=windows)
         self.admissions: Counter[str] = Counter()
         self.codes: Counter[str] = Counter()  # "<admission>:<code>"
-        #: attempts not admitted, by cause (duplexctl.load.causes), and one message for each
+        #: attempts not admitted, by cause (duplexctl.client.causes), and one message for each
         self.causes: Counter[str] = Counter()
         self.cause_examples: dict[str, str] = {}
         self.advertised_limits: Counter[int] = Counter()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from duplexctl.client.connection import ConnectionLost
+from duplexctl.client.connection import ConnectionLost, ViolationRecorded
 from duplexctl.protocol.client_state import (
     AudioDelta,
     Committed,
@@ -126,6 +126,8 @@ class Listener:
             return
         if isinstance(h, ConnectionLost):
             artifacts.note(h.recv_ns, "connection.lost", reason=h.reason, resuming=h.resuming)
+        elif isinstance(h, ViolationRecorded):  # with its evidence (issue 16.1)
+            artifacts.note(h.recv_ns, "violation", **h.violation.to_dict())
         else:
             artifacts.event("recv", h.recv_ns, h.frame)
 

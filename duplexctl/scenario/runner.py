@@ -203,8 +203,13 @@ class Replay:
                 timeout=open_timeout,
                 options=options,
                 listeners=[self.listener.on_happening],
+                give_up=stop,  # a stop while opening ends the wait at once
             )
         except OpenFailed as exc:
+            if exc.gave_up and headless is None:  # Ctrl-C while opening: interrupted (130)
+                run.interrupted, run.status = True, "interrupted"
+                self.listener.flush_open_log()
+                return
             run.status = "open_failed"
             self.listener.flush_open_log()
             self._finish_artifacts(error=str(exc), admission=exc.admission)
@@ -309,24 +314,19 @@ async def run_replay(
     if handle_sigint:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        if url is not None:
-            replay = Replay(
-                scenario, config, url, api_key=api_key, out_dir=out_dir, progress=say, clips=clips
-            )
-            return await replay.run(stop)
-        from duplexctl.server.config import ServerConfig
-        from duplexctl.server.embedded import embedded_server
+        from duplexctl.client.target import server_target
 
-        async with embedded_server(ServerConfig()) as embedded_url:
-            say(f"no --url: started the embedded reference server at {embedded_url}")
+        async with server_target(url) as target:
+            if target.line:
+                say(target.line)
             replay = Replay(
                 scenario,
                 config,
-                embedded_url,
+                target.url,
                 api_key=api_key,
                 out_dir=out_dir,
                 progress=say,
-                meta={"embedded_server": True},
+                meta={"embedded_server": True} if target.embedded else None,
                 clips=clips,
             )
             return await replay.run(stop)

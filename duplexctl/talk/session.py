@@ -369,17 +369,12 @@ class TalkSession:
         assert self.output is not None and self.input is not None
         self._main_task = asyncio.current_task()
         async with contextlib.AsyncExitStack() as stack:
-            url = c.url
-            if url is None:
-                from duplexctl.server.config import ServerConfig
-                from duplexctl.server.embedded import embedded_server
+            from duplexctl.client.target import server_target
 
-                server_config = ServerConfig(**c.server_overrides)
-                url = await stack.enter_async_context(embedded_server(server_config))
-                self.view.info(
-                    f"no --url: started the reference server at {url} "
-                    f"(simulated model, {server_config.voice} replies)"
-                )
+            target = await stack.enter_async_context(server_target(c.url, c.server_overrides))
+            url = target.url
+            if target.line:
+                self.view.info(target.line)
             if c.record_dir is not None:
                 self._open_record(c.record_dir, settings)
                 stack.callback(self._close_record)
