@@ -29,6 +29,7 @@ from duplexctl.protocol import codec, ids
 from duplexctl.protocol.errors import ProtocolError, flat_error, realtime_error
 from duplexctl.protocol.names import CLIENT_EVENT_TYPES, Dialect, canonical_client, spell
 from duplexctl.server.config import ServerConfig
+from duplexctl.server.frames import Refusal, read_event
 from duplexctl.server.registry import ManagedSession, Registry, ResumeGap
 
 log = logging.getLogger(__name__)
@@ -232,17 +233,13 @@ class ConnectionHandler:
         else:
             try:
                 async with asyncio.timeout(self.config.config_timeout_s):
-                    raw = await self.ws.recv(decode=False)
+                    raw = await self.ws.recv()
             except TimeoutError:
                 self._handshake_error("config_timeout", "Timeout waiting for session.update")
                 return
-            try:
-                first = codec.loads(raw)
-            except codec.FrameDecodeError:
-                self._handshake_error("invalid_json", "Invalid JSON in session.update")
-                return
-            if not isinstance(first, dict):
-                self._handshake_error("bad_event", "Realtime event must be a JSON object")
+            first = read_event(raw, max_bytes=self.config.max_event_bytes, first=True)
+            if isinstance(first, Refusal):
+                self._handshake_error(first.code, first.message)
                 return
             etype = first.get("type")
             if etype == "session.update":
@@ -423,7 +420,7 @@ class ConnectionHandler:
             timeout = engine.receive_timeout_s if engine is not None else None
             try:
                 async with asyncio.timeout(timeout if timeout and timeout > 0 else None):
-                    raw = await self.ws.recv(decode=False)
+                    raw = await self.ws.recv()
             except TimeoutError:
                 # silence for the session's receive timeout: a disconnect, no event, no close
                 # frame (protocol.md §6.8); the session goes into its grace
@@ -432,20 +429,11 @@ class ConnectionHandler:
                 return
             if managed.attachment is not self.conn:
                 return  # taken over by a resume on another socket
-            if isinstance(raw, str):  # pragma: no cover - decode=False always gives bytes
-                raw = raw.encode()
-            if len(raw) > limit:
-                self._error("event_too_large", "Duplex event too large")
+            event = read_event(raw, max_bytes=limit)
+            if isinstance(event, Refusal):
+                self._error(event.code, event.message)
                 continue
-            try:
-                event = codec.loads(raw)
-            except codec.FrameDecodeError:
-                self._error("invalid_json", "Invalid JSON event")
-                continue
-            etype = event.get("type") if isinstance(event, dict) else None
-            if not isinstance(etype, str):
-                self._error("bad_event", "Duplex event must be a JSON object with a type")
-                continue
+            etype = event["type"]
             client_id = _client_event_id(event)
             if etype == "session.event_ack":
                 try:

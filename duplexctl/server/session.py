@@ -35,6 +35,7 @@ from duplexctl.server.config import ServerConfig
 from duplexctl.server.model import SimulatedGpu, SimulatedModel, encode_chunk, reply_text
 from duplexctl.server.session_object import ACK_ONLY, BARGE_IN_ON_SPEECH, SessionSettings
 from duplexctl.server.vadgate import VadGate, VadVerdict
+from duplexctl.server.wire_numbers import is_position
 
 Emit = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 INTERNAL_RATE: Final = 16000
 FIRST_UNIT_SAMPLES: Final = 16480  # MiniCPM-o: the first 1 s unit closes after ≈1030 ms
 UNIT_SAMPLES: Final = 16000
+MAX_RESAMPLERS: Final = 4
 _TURN_EVENT_STATES: Final[dict[str, str]] = {
     "user_started": "user_speaking",
     "user_committed": "user_committed",
@@ -342,10 +344,18 @@ class EngineSession:
         return False
 
     def _resampler(self, fmt: str, rate: int) -> StreamResampler:
+        """The streaming resampler of one input (format, rate), kept across appends so that
+        chunking does not change the audio. At most a few are kept: each holds ~240 kB of
+        soxr state, and a client switching rates on every append grew a session by that
+        much per rate (400 rates: ~95 MB) until it closed."""
         key = (fmt, rate)
-        if key not in self._resamplers:
-            self._resamplers[key] = StreamResampler(rate, INTERNAL_RATE)
-        return self._resamplers[key]
+        resampler = self._resamplers.pop(key, None)
+        if resampler is None:
+            resampler = StreamResampler(rate, INTERNAL_RATE)
+            while len(self._resamplers) >= MAX_RESAMPLERS:
+                self._resamplers.pop(next(iter(self._resamplers)))
+        self._resamplers[key] = resampler  # most recently used last
+        return resampler
 
     # --- session lifecycle commands -----------------------------------------------------
 
@@ -992,7 +1002,10 @@ class EngineSession:
             and part.get("type") == "output_audio"
         )
         if assistant:
-            duration = int(part.get("audio_duration_ms", 0))
+            # a client-made assistant item carries what the client wrote: a duration that is
+            # not a position counts as unknown (0), a transcript that is not text as empty
+            stated = part.get("audio_duration_ms", 0)
+            duration = int(stated) if is_position(stated) and stated > 0 else 0
             if end_ms > duration:
                 self._err(
                     "bad_event",
@@ -1005,6 +1018,7 @@ class EngineSession:
                 if item_id[5:] in self._responses
                 else part.get("transcript", "")
             )
+            full = full if isinstance(full, str) else ""
             part["transcript"] = cut_transcript(full, end_ms, duration)
         self._ev(
             "conversation.item.truncated",
