@@ -33,7 +33,7 @@ from duplexctl.protocol.errors import ProtocolError, realtime_error
 from duplexctl.server import session_object, translate
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.model import SimulatedGpu, SimulatedModel, encode_chunk, reply_text
-from duplexctl.server.session_object import ACK_ONLY, BARGE_IN_ON_SPEECH, SessionSettings
+from duplexctl.server.session_object import ACK_ONLY, BARGE_IN_ON_SPEECH, NegotiatedSettings
 from duplexctl.server.vadgate import VadGate, VadVerdict
 from duplexctl.server.wire_numbers import is_position
 
@@ -139,7 +139,7 @@ class EngineSession:
     ) -> None:
         self.id = session_id
         self.config = config
-        self.settings: SessionSettings = session_object.parse_open(session_obj, config)
+        self.settings: NegotiatedSettings = session_object.parse_open(session_obj, config)
         self.capabilities: dict[str, Any] = session_object.capabilities(config)
         self.receive_timeout_s: float = self.settings.idle_timeout_s
         self.last_activity: float = time.monotonic()

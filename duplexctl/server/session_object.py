@@ -160,8 +160,11 @@ def capabilities(config: ServerConfig) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class SessionSettings:
-    """The normalised, effective session configuration (what the engine acts on)."""
+class NegotiatedSettings:
+    """The session's settings as the server negotiated them: the client's session object,
+    validated and normalised (defaults filled, aliases resolved), that the engine acts on and
+    echoes. Not the client's ``protocol.settings.SessionSettings`` (what a client asks for):
+    a request, while this is what the server agreed to."""
 
     model: str
     modalities: list[str]
@@ -364,7 +367,7 @@ def _auto_response(obj: dict[str, Any]) -> bool | None:
     return None
 
 
-def _profile_check(settings: SessionSettings, config: ServerConfig) -> None:
+def _profile_check(settings: NegotiatedSettings, config: ServerConfig) -> None:
     """The model plugin's own refusal (``invalid_duplex_runtime_config``)."""
     if config.model_profile == "turn" and settings.auto_response:
         raise ProtocolError(
@@ -378,7 +381,7 @@ def _echo_keys(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: copy.deepcopy(v) for k, v in obj.items() if k not in _INTERPRETED}
 
 
-def _apply(settings: SessionSettings, obj: dict[str, Any]) -> SessionSettings:
+def _apply(settings: NegotiatedSettings, obj: dict[str, Any]) -> NegotiatedSettings:
     """Apply already-validated fields of ``obj`` onto ``settings`` (a new object)."""
     s = replace(settings, echo=_echo_keys(obj))
     in_fmt, in_rate, out_fmt, out_rate = check_formats(obj)
@@ -426,7 +429,7 @@ def _apply(settings: SessionSettings, obj: dict[str, Any]) -> SessionSettings:
 # --- open --------------------------------------------------------------------------------
 
 
-def parse_open(session_obj: dict[str, Any] | None, config: ServerConfig) -> SessionSettings:
+def parse_open(session_obj: dict[str, Any] | None, config: ServerConfig) -> NegotiatedSettings:
     """Validate and normalise the opening object; every problem is invalid_session_config.
 
     Raises ProtocolError (unsequenced, no event_id echo, §1.4): the transport sends it and
@@ -437,7 +440,7 @@ def parse_open(session_obj: dict[str, Any] | None, config: ServerConfig) -> Sess
         raise ProtocolError(
             "invalid_session_config", "session must be an object", echo_event_id=False
         )
-    base = SessionSettings(
+    base = NegotiatedSettings(
         model=config.served_model,
         modalities=["text", "audio"],
         output_modalities=["text", "audio"],
@@ -482,13 +485,13 @@ def check_update_translator(patch: dict[str, Any]) -> None:
 
 
 def apply_update(
-    settings: SessionSettings,
+    settings: NegotiatedSettings,
     patch: dict[str, Any],
     config: ServerConfig,
     *,
     audio_started: bool,
     output_started: bool,
-) -> SessionSettings:
+) -> NegotiatedSettings:
     """The session's checks of a later update, then the patched settings.
 
     Raises sequenced ProtocolErrors; a rejected update changes nothing (the caller keeps the
@@ -544,7 +547,7 @@ def apply_update(
 # --- the object on the wire --------------------------------------------------------------
 
 
-def _audio_object(s: SessionSettings) -> dict[str, Any]:
+def _audio_object(s: NegotiatedSettings) -> dict[str, Any]:
     if s.audio is not None:
         return copy.deepcopy(s.audio)
     in_type = "audio/pcm" if s.input_format in ("pcm16", "pcm_f32le") else s.input_format
@@ -561,7 +564,7 @@ def _audio_object(s: SessionSettings) -> dict[str, Any]:
 
 
 def build(
-    s: SessionSettings,
+    s: NegotiatedSettings,
     *,
     session_id: str,
     state: dict[str, Any],
