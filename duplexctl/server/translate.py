@@ -420,3 +420,5 @@ _HANDLERS: Final = {
     "session.update": _session_update,
     "session.close": _session_close,
 }
+# Every command type the engine can receive (session.EngineSession dispatches each).
+COMMAND_TYPES: Final = frozenset(_HANDLERS)
