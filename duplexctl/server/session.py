@@ -211,6 +211,7 @@ class EngineSession:
             return
         self._stop()
         self._ctx.ev("session.closed", session_id=self.id, reason=reason, event={})
+        self._ctx.disconnect()
 
     async def expire(self, reason: str) -> None:
         """Lease expiry: session.expired, then nothing more."""
@@ -218,10 +219,12 @@ class EngineSession:
             return
         self._stop()
         self._ctx.ev("session.expired", session_id=self.id, reason=reason)
+        self._ctx.disconnect()
 
     async def abort(self) -> None:
         """Stop everything and emit nothing (failed open, server shutdown)."""
         self._stop()
+        self._ctx.disconnect()
 
     # --- mailbox --------------------------------------------------------------------------
 
@@ -235,6 +238,9 @@ class EngineSession:
                 self._queue.get_nowait()
                 self._queue.task_done()
         self._ctx.closed = True
+        # the table holds bound methods of this session (a cycle); a closed session
+        # dispatches nothing, so it goes, and the session is freed when its holders let go
+        self._handlers.clear()
 
     def _worker_done(self, task: asyncio.Task[None]) -> None:
         if self._worker is task:

@@ -107,6 +107,13 @@ class SessionContext:
     def fault(self, name: str) -> Fault | None:
         return self.config.fault(name)
 
+    def disconnect(self) -> None:
+        """The session's last event went out: drop the transport's ``emit``. The transport
+        holds this session and ``emit`` holds the transport's session, a reference cycle;
+        cutting it lets both be freed as soon as the transport lets go, without waiting for
+        the cyclic collector (which journals and audio buffers do not prompt)."""
+        self._emit = _discard
+
     def ev(self, etype: str, **fields: Any) -> None:
         """Emit one server event (a fresh ``event_id``; the transport adds the seq)."""
         event: dict[str, Any] = {"type": etype, "event_id": ids.server_event_id()}
@@ -136,3 +143,7 @@ class SessionContext:
             epoch=self.epoch,
             response={"object": "realtime.response", "status": "listening", "metadata": metadata},
         )
+
+
+def _discard(event: dict[str, Any]) -> None:
+    """Where a finished session's events go: nowhere (none is emitted after the last)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from duplexctl.audio import pcm
 from duplexctl.audio.resample import StreamResampler
-from duplexctl.protocol import ids
+from duplexctl.protocol import codec, ids
 from duplexctl.server.engine.context import SessionContext
 from duplexctl.server.engine.turns import Turn, TurnQueue
 from duplexctl.server.translate import Command
@@ -46,6 +46,8 @@ class Conversation:
         self.previous: dict[str, str | None] = {}
         self.last_item_id: str | None = None
         self.last_user_item: str | None = None
+        self._client_sizes: dict[str, int] = {}  # encoded size of each client-made item
+        self._client_bytes = 0  # their sum
 
     def __len__(self) -> int:
         return len(self.items)
@@ -57,6 +59,24 @@ class Conversation:
         self.items[item["id"]] = item
         self.previous[item["id"]] = previous
         self.last_item_id = item["id"]
+
+    def _within_budget(self, item: dict[str, Any]) -> bool:
+        """Client-made items count against ``max_history_bytes`` (refused with
+        ``input_backpressure``, 0.30.0's code and hint for its image budget). Without it one
+        client could keep 15 MiB per ``conversation.item.create`` for the session's life;
+        commits and replies add well under a kilobyte per turn and are not counted."""
+        budget = self._ctx.config.max_history_bytes
+        size = len(codec.dumps_bytes(item))
+        held = self._client_bytes - self._client_sizes.get(item["id"], 0)
+        if held + size > budget:
+            self._ctx.err(
+                "input_backpressure",
+                f"Conversation history exceeds {budget / (1024 * 1024):g} MiB; delete old items",
+            )
+            return False
+        self._client_sizes[item["id"]] = size
+        self._client_bytes = held + size
+        return True
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -83,6 +103,8 @@ class Conversation:
         item.setdefault("role", "user")
         if not isinstance(item.get("id"), str) or not item["id"]:
             item["id"] = ids.user_item_id()
+        if not self._within_budget(item):
+            return
         item.setdefault("object", "realtime.item")
         item.setdefault("status", "completed")
         previous = cmd.args["previous_item_id"]
@@ -137,6 +159,8 @@ class Conversation:
         del self.items[item_id]
         if self.last_item_id == item_id:
             self.last_item_id = self.previous.get(item_id)
+        self.previous.pop(item_id, None)
+        self._client_bytes -= self._client_sizes.pop(item_id, 0)
         ctx.ev(
             "conversation.item.deleted",
             item_id=item_id,

@@ -4,12 +4,14 @@ yet acknowledged, acknowledgements, and truncation at the heard position.
 A reply is *tracked* from its start until its audio is acknowledged in full (or cut): while
 it is, it can be acknowledged and truncated, and under ``ack_only`` it keeps owning the turn.
 A cancelled reply whose audio was not fully acknowledged no longer owns the turn but stays
-addressable, as on vLLM-Omni 0.30.0 (truncate after cancel → truncated + truncating ack).
+addressable, as on vLLM-Omni 0.30.0 (truncate after cancel → truncated + truncating ack); at
+most :data:`MAX_CANCELLED` of those are kept, the oldest forgotten first, so a client that
+never acknowledges cannot grow the session with every barge-in.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from duplexctl.protocol import ids
 from duplexctl.server.engine.context import SessionContext
@@ -17,6 +19,8 @@ from duplexctl.server.engine.conversation import Conversation
 from duplexctl.server.engine.records import Response, ResponseRecords
 from duplexctl.server.translate import Command
 from duplexctl.server.wire_numbers import is_position
+
+MAX_CANCELLED: Final = 16
 
 
 def cut_transcript(text: str, ms: int, total_ms: int) -> str:
@@ -52,6 +56,8 @@ class PlaybackLedger:
         """A cancelled reply whose audio was not all acknowledged stays addressable."""
         if r.ledger.committed_ms < r.ledger.sent_ms:
             self._cancelled[r.id] = r
+            while len(self._cancelled) > MAX_CANCELLED:
+                self._cancelled.pop(next(iter(self._cancelled)))
 
     def unheard(self) -> bool:
         """Some reply's audio is not acknowledged yet (it owns the turn under ack_only)."""

@@ -2,16 +2,22 @@
 
 One :class:`Response` object is shared by the parts that deal with a reply (generation, the
 cancel family, the playback ledger); :class:`ResponseRecords` finds them by id, knows the
-running and the last one.
+running and the last one, and forgets the oldest finished ones so a long session does not
+keep every reply it ever made (docs/protocol.md §3.4: only the last reply and replies whose
+audio is unacknowledged can still be addressed).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from duplexctl.protocol import ids
+
+# Finished replies kept for lookups by id (``response.cancel`` of an old id is answered
+# "already complete" while it is remembered). Each costs well under a kilobyte once finished.
+MAX_FINISHED_RECORDS: Final = 256
 
 
 @dataclass(slots=True)
@@ -73,9 +79,20 @@ class ResponseRecords:
     def add(self, response: Response) -> None:
         self.by_id[response.id] = response
         self.active = self.last = response
+        self._forget_oldest()
 
     def get(self, response_id: str) -> Response | None:
         return self.by_id.get(response_id)
 
     def unfinished(self) -> list[Response]:
         return [r for r in self.by_id.values() if not r.finished]
+
+    def _forget_oldest(self) -> None:
+        """Drop the oldest finished, released replies beyond MAX_FINISHED_RECORDS."""
+        excess = len(self.by_id) - MAX_FINISHED_RECORDS
+        if excess <= 0:
+            return
+        for rid in [
+            rid for rid, r in self.by_id.items() if r.finished and r.released and r is not self.last
+        ][:excess]:
+            del self.by_id[rid]

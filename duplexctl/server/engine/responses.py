@@ -141,7 +141,9 @@ class Responses:
             )
         if not promoted:
             self._announce(response, content=[])
-        response.task = asyncio.get_running_loop().create_task(self._generate(response, turn))
+        task = asyncio.get_running_loop().create_task(self._generate(response, turn))
+        response.task = task
+        task.add_done_callback(_forget_task(response))
 
     def _announce(self, r: Response, *, content: list[dict[str, Any]]) -> None:
         ctx = self._ctx
@@ -339,6 +341,7 @@ class Responses:
             },
             response_id=r.id,
         )
+        r.last_b64 = ""  # repeated in response.done above; nothing reads it again
         ctx.ev("rate_limits.updated", rate_limits=[])
         ctx.turn_id += 1
         if r.ledger.sent_ms == 0 or r.ledger.committed_ms >= r.ledger.sent_ms:
@@ -382,6 +385,7 @@ class Responses:
             },
             response_id=r.id,
         )
+        r.last_b64 = ""
         ctx.ev("rate_limits.updated", rate_limits=[])
         self._playback.release(r)
         self._playback.keep_cancelled(r)
@@ -417,6 +421,7 @@ class Responses:
             },
             response_id=r.id,
         )
+        r.last_b64 = ""
         ctx.ev("rate_limits.updated", rate_limits=[])
         self._playback.release(r)
         ctx.turn.observe("response_failed")
@@ -443,3 +448,14 @@ def assistant_item(r: Response, status: str, content: list[dict[str, Any]]) -> d
 
 def _part_ids(r: Response) -> dict[str, Any]:
     return {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
+
+
+def _forget_task(r: Response) -> Any:
+    """A done callback that drops the reply's reference to its finished task, so the pair
+    is freed by reference counting (a cancelled task's traceback refers back to the reply)."""
+
+    def forget(task: asyncio.Task[None]) -> None:
+        if r.task is task:
+            r.task = None
+
+    return forget
