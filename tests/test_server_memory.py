@@ -168,3 +168,21 @@ async def test_deleted_items_free_their_history_budget() -> None:
     assert h.codes() == ["input_backpressure"]
     assert json.dumps(h.of("conversation.item.done")[-1]["item"]["id"]) == '"item_3"'
     await h.session.close("client_close")
+
+
+async def test_a_client_that_stops_reading_is_dropped_not_buffered() -> None:
+    """The connection's send queue grew for as long as its session produced output when the
+    client stopped reading. Past max_send_backlog_bytes the connection is now dropped and the
+    session waits in its disconnect grace, as after any drop (its journal keeps what it can)."""
+    async with running("stub", max_send_backlog_bytes=2 * 1024 * 1024) as server:
+        ws = await dial(ws_url(server))
+        await send(ws, {"type": "session.update", "session": OPEN_SESSION})
+        await recv_until(ws, "session.updated")
+        (managed,) = server.registry.sessions()
+        meta = {"stub_events": 300, "pad": 100_000}  # 30 MB of output, never read
+        await send(ws, {"type": "response.create", "response": {"metadata": meta}})
+        async with asyncio.timeout(10):
+            while managed.attachment is not None:
+                await asyncio.sleep(0.05)
+        assert not managed.finished  # in its grace: resumable
+        abort_client(ws)

@@ -71,6 +71,8 @@ class Connection:
         self.sent = 0
         self._accepting = True
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._backlog = 0  # bytes queued and not yet written
+        self._max_backlog = config.max_send_backlog_bytes
         drop = config.fault("drop-after")
         self._drop_after = int(drop.value) if drop is not None and drop.value is not None else None
         self._writer = asyncio.create_task(self._write_loop(), name="duplexctl-writer")
@@ -85,8 +87,18 @@ class Connection:
         self.send_frame(codec.dumps_bytes(event))
 
     def send_frame(self, frame: bytes) -> None:
-        if self._accepting:
-            self._queue.put_nowait(frame)
+        """Queue one frame. A client that stops reading would make the queue grow for as
+        long as its session produces output; past ``max_send_backlog_bytes`` the connection
+        is dropped instead (the client sees 1006) and the session waits in its disconnect
+        grace, journaling, as after any drop (protocol.md §6.6)."""
+        if not self._accepting:
+            return
+        self._backlog += len(frame)
+        if self._backlog > self._max_backlog:
+            log.warning("dropping a connection that is not reading: %d bytes queued", self._backlog)
+            self.abort_now()
+            return
+        self._queue.put_nowait(frame)
 
     def after_delivery(self, on_reached: Callable[[], None], on_failed: Callable[[], None]) -> None:
         """Run ``on_reached`` once everything queued so far was written, else ``on_failed``."""
@@ -108,7 +120,8 @@ class Connection:
             self._queue.put_nowait(_Abort())
 
     def abort_now(self) -> None:
-        """Drop the TCP connection at once (receive timeout): the client sees 1006."""
+        """Drop the TCP connection at once (receive timeout, a client that is not reading):
+        the client sees 1006."""
         self.ws.transport.abort()
         self.abort()  # wakes the writer, which then stops
 
@@ -150,6 +163,7 @@ class Connection:
                         # (e.g. the client's RST was already read): this frame is undelivered
                         return
                     await self.ws.send(item, text=True)
+                    self._backlog -= len(item)
                     self.sent += 1
                     if self._drop_after is not None and self.sent >= self._drop_after:
                         await self._flush_and_abort()  # fault drop-after=N
