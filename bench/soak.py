@@ -29,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from bench.procstat import descendants  # noqa: E402
 from bench.serve_process import serve  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -45,27 +46,6 @@ def rss_mb(pid: int) -> float | None:
             return int(fh.read().split()[1]) * PAGE / 1e6
     except (OSError, IndexError, ValueError):
         return None
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, their children, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    todo = list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo.extend(children.get(child, []))
-    return sorted(found)
 
 
 def command_of(pid: int) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import faulthandler
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -76,6 +77,25 @@ def exit_if_hung(config: pytest.Config, seconds: float) -> Iterator[None]:
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+@contextlib.contextmanager
+def logged_errors() -> Iterator[list[str]]:
+    """Collect what duplexctl logs at ERROR or above while the block runs (an engine that
+    broke on a client's input logs a traceback there)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect(logging.ERROR)
+    logger = logging.getLogger("duplexctl")
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
 
 
 def fuzz_examples(default: int) -> int:

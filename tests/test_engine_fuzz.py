@@ -18,7 +18,6 @@ broke on main. CI runs a bounded number of examples; ``DUPLEXCTL_FUZZ_EXAMPLES=5
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from hostile import (
     exit_if_hung,
     fuzz_examples,
     good_events,
+    logged_errors,
     resolve,
     session_patch,
 )
@@ -43,15 +43,6 @@ from duplexctl.server.session import validate_open
 OPEN_NATIVE = {**OPEN_TURN, "extra_body": {"auto_response": True}}
 hostile_events = event_of(ENGINE_TYPES)
 batches = st.lists(st.one_of(good_events, hostile_events, hostile_events), max_size=16)
-
-
-class _Errors(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
 
 @pytest.fixture(autouse=True)
@@ -109,11 +100,6 @@ def test_hostile_sessions_only_get_documented_answers(
 ) -> None:
     base = OPEN_NATIVE if profile == "native" and td is None else OPEN_TURN
     opening = {**base, "turn_detection": td, **patch}
-    errors = _Errors()
-    logger = logging.getLogger("duplexctl")
-    logger.addHandler(errors)
-    try:
+    with logged_errors() as errors:
         asyncio.run(_drive(profile, opening, batch))
-    finally:
-        logger.removeHandler(errors)
-    assert not errors.messages, errors.messages
+    assert not errors, errors

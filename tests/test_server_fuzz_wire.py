@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +34,7 @@ from hostile import (
     exit_if_hung,
     fuzz_examples,
     junk,
+    logged_errors,
     session_patch,
 )
 from hypothesis import HealthCheck, given, settings
@@ -114,15 +114,6 @@ def watchdog(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
-class _Errors(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 async def _speak_one_turn(server: Any) -> list[str]:
     ws = await dial(ws_url(server, "duplex=1&autostart=0"))
     await send(ws, {"type": "session.update", "session": OPEN_SESSION})
@@ -183,11 +174,6 @@ def test_hostile_frames_never_hurt_another_session(
             # and the server still admits and serves a fresh session afterwards
             assert "response.done" in await _speak_one_turn(srv)
 
-    errors = _Errors()
-    logger = logging.getLogger("duplexctl")
-    logger.addHandler(errors)
-    try:
+    with logged_errors() as errors:
         asyncio.run(scenario())
-    finally:
-        logger.removeHandler(errors)
-    assert not errors.messages, errors.messages
+    assert not errors, errors

@@ -106,8 +106,8 @@ class Overlap:
         self._interruptions.barge_in("turn_detected")
 
 
-class TurnLane:
-    """Turn lane: buffer speech, beat on silence, overlap policy while the model talks."""
+class _Lane:
+    """What both lanes act on: the utterance, overlap decisions, replies, interruptions."""
 
     def __init__(
         self,
@@ -117,13 +117,19 @@ class TurnLane:
         overlap: Overlap,
         responses: Responses,
         interruptions: Interruptions,
-        turns: TurnQueue,
     ) -> None:
         self._ctx = ctx
         self._utterance = utterance
         self._overlap = overlap
         self._responses = responses
         self._interruptions = interruptions
+
+
+class TurnLane(_Lane):
+    """Turn lane: buffer speech, beat on silence, overlap policy while the model talks."""
+
+    def __init__(self, ctx: SessionContext, *, turns: TurnQueue, **parts: Any) -> None:
+        super().__init__(ctx, **parts)
         self._turns = turns
 
     def append(
@@ -251,23 +257,11 @@ class TurnLane:
             self._turns.pending.append(turn)
 
 
-class NativeLane:
+class NativeLane(_Lane):
     """Model-native lane: speech events, VAD barge-in, then 1 s model units."""
 
-    def __init__(
-        self,
-        ctx: SessionContext,
-        *,
-        utterance: Utterance,
-        overlap: Overlap,
-        responses: Responses,
-        interruptions: Interruptions,
-    ) -> None:
-        self._ctx = ctx
-        self._utterance = utterance
-        self._overlap = overlap
-        self._responses = responses
-        self._interruptions = interruptions
+    def __init__(self, ctx: SessionContext, **parts: Any) -> None:
+        super().__init__(ctx, **parts)
         self._unit_fill = 0
         self._unit_target = FIRST_UNIT_SAMPLES
         self._unit_speech = False

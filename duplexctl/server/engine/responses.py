@@ -329,20 +329,7 @@ class Responses:
             "playback": r.ledger.as_dict(),
             "sample_rate_hz": 24000,
         }
-        ctx.ev(
-            "response.done",
-            response={
-                "id": r.id,
-                "object": "realtime.response",
-                "status": "completed",
-                "status_details": {"type": "completed", "reason": "stop"},
-                "output": [item],
-                "metadata": metadata,
-            },
-            response_id=r.id,
-        )
-        r.last_b64 = ""  # repeated in response.done above; nothing reads it again
-        ctx.ev("rate_limits.updated", rate_limits=[])
+        self._done(r, "completed", "stop", item, metadata)
         ctx.turn_id += 1
         if r.ledger.sent_ms == 0 or r.ledger.committed_ms >= r.ledger.sent_ms:
             self._playback.release(r)
@@ -364,29 +351,17 @@ class Responses:
         item = self._item_done(
             r, "cancelled", cut_transcript(r.emitted_text, committed, r.ledger.generated_ms)
         )
-        ctx.ev(
-            "response.done",
-            response={
-                "id": r.id,
-                "object": "realtime.response",
-                "status": "cancelled",
-                "status_details": {"type": "cancelled", "reason": reason},
-                "output": [item],
-                "metadata": {
-                    "type": "audio.cancelled",
-                    "session_id": ctx.id,
-                    "response_id": r.id,
-                    "reason": reason,
-                    "cancelled_epoch": cancelled_epoch,
-                    "epoch": ctx.epoch,
-                    "committed_ms": committed,
-                    "playback": r.ledger.as_dict(),
-                },
-            },
-            response_id=r.id,
-        )
-        r.last_b64 = ""
-        ctx.ev("rate_limits.updated", rate_limits=[])
+        metadata = {
+            "type": "audio.cancelled",
+            "session_id": ctx.id,
+            "response_id": r.id,
+            "reason": reason,
+            "cancelled_epoch": cancelled_epoch,
+            "epoch": ctx.epoch,
+            "committed_ms": committed,
+            "playback": r.ledger.as_dict(),
+        }
+        self._done(r, "cancelled", reason, item, metadata)
         self._playback.release(r)
         self._playback.keep_cancelled(r)
         self._turns.deferred.clear()
@@ -400,31 +375,42 @@ class Responses:
             ctx.err(code, "response generation failed")
         if not r.announced:
             self._announce(r, content=[])
-        item = assistant_item(r, "failed", [])
-        ctx.ev(
+        metadata = {
+            "type": "response.done",
+            "session_id": ctx.id,
+            "response_id": r.id,
+            "epoch": r.epoch,
+            "status": "failed",
+            "committed": False,
+            "playback": r.ledger.as_dict(),
+        }
+        self._done(r, "failed", code, assistant_item(r, "failed", []), metadata)
+        self._playback.release(r)
+        ctx.turn.observe("response_failed")
+
+    def _done(
+        self,
+        r: Response,
+        status: str,
+        reason: str,
+        item: dict[str, Any],
+        metadata: dict[str, Any],
+    ) -> None:
+        """``response.done`` then ``rate_limits.updated``: the last two events of a reply."""
+        self._ctx.ev(
             "response.done",
             response={
                 "id": r.id,
                 "object": "realtime.response",
-                "status": "failed",
-                "status_details": {"type": "failed", "reason": code},
+                "status": status,
+                "status_details": {"type": status, "reason": reason},
                 "output": [item],
-                "metadata": {
-                    "type": "response.done",
-                    "session_id": ctx.id,
-                    "response_id": r.id,
-                    "epoch": r.epoch,
-                    "status": "failed",
-                    "committed": False,
-                    "playback": r.ledger.as_dict(),
-                },
+                "metadata": metadata,
             },
             response_id=r.id,
         )
-        r.last_b64 = ""
-        ctx.ev("rate_limits.updated", rate_limits=[])
-        self._playback.release(r)
-        ctx.turn.observe("response_failed")
+        r.last_b64 = ""  # repeated in a completed reply's metadata above; never read again
+        self._ctx.ev("rate_limits.updated", rate_limits=[])
 
     def stop_all(self) -> None:
         """The session ends: every reply is finished without a terminal event."""
