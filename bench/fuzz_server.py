@@ -445,7 +445,8 @@ class HostileConnection:
             if self.closed.is_set():
                 pass
             elif ending < 0.7:
-                await ws.send(_dump({"type": "session.close"}))
+                reason = rng.choice(["client_close", "", "x" * 200, "\u00e9" * 70, 5])
+                await ws.send(_dump({"type": "session.close", "reason": reason}))
                 await asyncio.wait_for(self.closed.wait(), self.answer_timeout)
             elif ending < 0.9:
                 ws.transport.abort()  # vanish: the session waits out its grace

@@ -309,7 +309,7 @@ BODIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "audio.playback_ack": fields(played_ms=millis, response_id=response_ids),
     "session.heartbeat": fields(extra=junk),
     "session.update": fields(session=st.one_of(session_patch, junk)),
-    "session.close": fields(reason=either("client_close", "")),
+    "session.close": fields(reason=either("client_close", "", "x" * 200, "é" * 70)),
     "nonsense.event": fields(extra=junk),
 }
 ENGINE_TYPES = sorted(set(BODIES) - {"input.commit", "audio.playback_ack", "session.close"})

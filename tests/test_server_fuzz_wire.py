@@ -59,7 +59,7 @@ _typed = event_of(
         "conversation.item.create", "conversation.item.retrieve", "conversation.item.delete",
         "conversation.item.truncate", "response.create", "response.cancel",
         "output_audio_buffer.clear", "barge_in", "turn.signal", "playback.ack",
-        "audio.playback_ack", "session.heartbeat", "session.update", "nonsense.event",
+        "audio.playback_ack", "session.heartbeat", "session.update", "session.close", "nonsense.event",
     ]
 ).map(lambda e: json.dumps(e))  # fmt: skip
 _envelope = st.one_of(
@@ -91,6 +91,11 @@ frames = st.one_of(
     st.binary(max_size=64),
     st.builds(lambda d: json.dumps({"type": "session.update", "x": _nested(d)}), st.integers(20, 900)),
     st.sampled_from(['{"type":"playback.ack","played_ms":NaN}', '{"type":"session.heartbeat"', "[]"]),
+    st.builds(
+        lambda n, c: json.dumps({"type": "session.close", "reason": c * n}),
+        st.integers(0, 200),
+        st.sampled_from(["x", "é", "你"]),
+    ),
     st.builds(
         lambda n: json.dumps({"type": "input_audio_buffer.append", "audio": "A" * n}),
         st.integers(0, 200_000),

@@ -295,6 +295,20 @@ async def test_deeply_nested_events_are_bad_events() -> None:
         assert (await closed_code(first))[0] == 1006
 
 
+@pytest.mark.parametrize("reason", ["x" * 200, "é" * 70])
+async def test_a_long_close_reason_still_ends_with_a_close_frame(reason: str) -> None:
+    """The client's session.close reason is the close frame's reason, which may hold 123
+    bytes: a longer one made the writer fail (traceback) and the client got no close frame."""
+    async with running("real") as server:
+        ws, _, _ = await open_session(server)
+        await send(ws, {"type": "session.close", "reason": reason})
+        closed = (await recv_until(ws, "session.closed"))[-1]
+        assert closed["reason"] == reason
+        code, sent_reason = await closed_code(ws)
+        assert code == 1000 and reason.startswith(sent_reason)
+        assert 100 <= len(sent_reason.encode()) <= 123
+
+
 # --- the whole server (a real ``duplexctl serve`` process) --------------------------------
 
 

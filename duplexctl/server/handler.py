@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 DUPLEX_ON = frozenset({"1", "true", "on"})
 AUTOSTART_OFF = frozenset({"0", "false", "no", "off"})
 RESUME_ON = frozenset({"1", "true", "yes", "on"})
+MAX_CLOSE_REASON_BYTES = 123
 # Bound on waiting for queued bytes to reach the kernel before dropping the TCP connection.
 _FLUSH_LIMIT_S = 1.0
 
@@ -111,7 +112,7 @@ class Connection:
         """Close with a close frame after everything queued so far; nothing is sent after."""
         if self._accepting:
             self._accepting = False
-            self._queue.put_nowait(_Close(code, reason))
+            self._queue.put_nowait(_Close(code, _fit_close_reason(reason)))
 
     def abort(self) -> None:
         """End the TCP connection without a close frame after everything queued so far."""
@@ -494,6 +495,17 @@ class ConnectionHandler:
 
     def _error(self, code: str, message: str, client_id: str | None = None) -> None:
         self.conn.send_event(realtime_error(code, message, client_event_id=client_id))
+
+
+def _fit_close_reason(reason: str) -> str:
+    """A close frame's reason is at most 123 bytes of UTF-8 (RFC 6455 §5.5). The reason is
+    the client's own ``session.close`` reason (session.closed carries it whole); a longer one
+    is cut at a character boundary. Sent as it was, the writer failed and the client got no
+    close frame; vLLM-Omni 0.30.0 leaves that connection open without one."""
+    data = reason.encode()
+    if len(data) <= MAX_CLOSE_REASON_BYTES:
+        return reason
+    return data[:MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
 
 
 def _known_command(etype: str) -> bool:
