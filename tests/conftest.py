@@ -159,14 +159,14 @@ def pulse_server() -> Iterator[Any]:
 
 @pytest.fixture
 async def hostile_server() -> Any:
-    """``await hostile_server("hang")`` -> a running hostile server (tests/hostile.py), stopped
-    after the test; keyword arguments as for ``hostile.hostile`` (``script=``, ``tls=``)."""
+    """``await hostile_server("hang")`` -> a running hostile server (tests/hostile_servers.py), stopped
+    after the test; keyword arguments as for ``hostile_servers.hostile`` (``script=``, ``tls=``)."""
     import contextlib
 
     try:
-        from tests.hostile import hostile
+        from tests.hostile_servers import hostile
     except ModuleNotFoundError:
-        from hostile import hostile  # type: ignore[no-redef]
+        from hostile_servers import hostile  # type: ignore[no-redef]
 
     async with contextlib.AsyncExitStack() as stack:
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from duplexctl.protocol import ids
+from duplexctl.protocol import codec, ids
 from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.model import SimulatedGpu
@@ -65,8 +65,14 @@ class Harness:
             session_obj=self.session_obj,
             config=self.config,
             gpu=SimulatedGpu(self.config),
-            emit=self.events.append,
+            emit=self._emit,
         )
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        """Encode like the journal does (an event the wire cannot carry fails here, inside
+        the engine, exactly where it would fail behind a real transport), then keep it."""
+        codec.dumps_bytes(event)
+        self.events.append(event)
 
     def start(self) -> None:
         self.session.start()

@@ -22,7 +22,7 @@ import random
 from typing import Any
 
 import pytest
-from hostile import (
+from hostile_servers import (
     GARBAGE_FRAMES,
     WEIRD_VALUES,
     malformed_stream,

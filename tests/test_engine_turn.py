@@ -11,6 +11,7 @@ from engine_harness import OPEN_TURN, Harness, pcm16, turn_config
 
 from duplexctl.audio import pcm
 from duplexctl.protocol.errors import ProtocolError
+from duplexctl.server import translate
 from duplexctl.server.config import Fault
 from duplexctl.server.session import EngineSession, cut_transcript, validate_open
 
@@ -140,6 +141,12 @@ async def test_session_update_paths() -> None:
     assert h.of("session.updated")[-1]["session"]["overlap_policy"] == "barge_in_on_speech"
     await h.send({"type": "session.update", "session": {"idle_timeout_s": 5}})
     assert h.session.receive_timeout_s == 300.0
+
+
+def test_every_command_type_has_one_handler() -> None:
+    """The dispatch table covers exactly what the translator can produce."""
+    h = Harness(turn_config(), OPEN_TURN)
+    assert set(h.session._handlers) == translate.COMMAND_TYPES
 
 
 # --- input -----------------------------------------------------------------------------------

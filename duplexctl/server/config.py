@@ -63,6 +63,9 @@ class ServerConfig:
     ws_max_size: int = 16 * MiB  # websocket layer: close 1009 above this
     max_pending_input_bytes: int = 16 * MiB  # counted as float32 at 16 kHz
     max_pending_turns: int = 4
+    max_send_backlog_bytes: int = 32 * MiB  # a connection not reading is dropped above this
+    # items created by conversation.item.create, encoded (input_backpressure above this)
+    max_history_bytes: int = 16 * MiB
 
     # simulated model (design.md: honest about time)
     voice: Literal["tone", "echo"] = "tone"

@@ -29,6 +29,7 @@ from duplexctl.protocol import codec, ids
 from duplexctl.protocol.errors import ProtocolError, flat_error, realtime_error
 from duplexctl.protocol.names import CLIENT_EVENT_TYPES, Dialect, canonical_client, spell
 from duplexctl.server.config import ServerConfig
+from duplexctl.server.frames import Refusal, read_event
 from duplexctl.server.registry import ManagedSession, Registry, ResumeGap
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 DUPLEX_ON = frozenset({"1", "true", "on"})
 AUTOSTART_OFF = frozenset({"0", "false", "no", "off"})
 RESUME_ON = frozenset({"1", "true", "yes", "on"})
+MAX_CLOSE_REASON_BYTES = 123
 # Bound on waiting for queued bytes to reach the kernel before dropping the TCP connection.
 _FLUSH_LIMIT_S = 1.0
 
@@ -70,6 +72,8 @@ class Connection:
         self.sent = 0
         self._accepting = True
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._backlog = 0  # bytes queued and not yet written
+        self._max_backlog = config.max_send_backlog_bytes
         drop = config.fault("drop-after")
         self._drop_after = int(drop.value) if drop is not None and drop.value is not None else None
         self._writer = asyncio.create_task(self._write_loop(), name="duplexctl-writer")
@@ -84,8 +88,18 @@ class Connection:
         self.send_frame(codec.dumps_bytes(event))
 
     def send_frame(self, frame: bytes) -> None:
-        if self._accepting:
-            self._queue.put_nowait(frame)
+        """Queue one frame. A client that stops reading would make the queue grow for as
+        long as its session produces output; past ``max_send_backlog_bytes`` the connection
+        is dropped instead (the client sees 1006) and the session waits in its disconnect
+        grace, journaling, as after any drop (protocol.md §6.6)."""
+        if not self._accepting:
+            return
+        self._backlog += len(frame)
+        if self._backlog > self._max_backlog:
+            log.warning("dropping a connection that is not reading: %d bytes queued", self._backlog)
+            self.abort_now()
+            return
+        self._queue.put_nowait(frame)
 
     def after_delivery(self, on_reached: Callable[[], None], on_failed: Callable[[], None]) -> None:
         """Run ``on_reached`` once everything queued so far was written, else ``on_failed``."""
@@ -98,7 +112,7 @@ class Connection:
         """Close with a close frame after everything queued so far; nothing is sent after."""
         if self._accepting:
             self._accepting = False
-            self._queue.put_nowait(_Close(code, reason))
+            self._queue.put_nowait(_Close(code, _fit_close_reason(reason)))
 
     def abort(self) -> None:
         """End the TCP connection without a close frame after everything queued so far."""
@@ -107,7 +121,8 @@ class Connection:
             self._queue.put_nowait(_Abort())
 
     def abort_now(self) -> None:
-        """Drop the TCP connection at once (receive timeout): the client sees 1006."""
+        """Drop the TCP connection at once (receive timeout, a client that is not reading):
+        the client sees 1006."""
         self.ws.transport.abort()
         self.abort()  # wakes the writer, which then stops
 
@@ -149,6 +164,7 @@ class Connection:
                         # (e.g. the client's RST was already read): this frame is undelivered
                         return
                     await self.ws.send(item, text=True)
+                    self._backlog -= len(item)
                     self.sent += 1
                     if self._drop_after is not None and self.sent >= self._drop_after:
                         await self._flush_and_abort()  # fault drop-after=N
@@ -232,17 +248,13 @@ class ConnectionHandler:
         else:
             try:
                 async with asyncio.timeout(self.config.config_timeout_s):
-                    raw = await self.ws.recv(decode=False)
+                    raw = await self.ws.recv()
             except TimeoutError:
                 self._handshake_error("config_timeout", "Timeout waiting for session.update")
                 return
-            try:
-                first = codec.loads(raw)
-            except codec.FrameDecodeError:
-                self._handshake_error("invalid_json", "Invalid JSON in session.update")
-                return
-            if not isinstance(first, dict):
-                self._handshake_error("bad_event", "Realtime event must be a JSON object")
+            first = read_event(raw, max_bytes=self.config.max_event_bytes, first=True)
+            if isinstance(first, Refusal):
+                self._handshake_error(first.code, first.message)
                 return
             etype = first.get("type")
             if etype == "session.update":
@@ -423,7 +435,7 @@ class ConnectionHandler:
             timeout = engine.receive_timeout_s if engine is not None else None
             try:
                 async with asyncio.timeout(timeout if timeout and timeout > 0 else None):
-                    raw = await self.ws.recv(decode=False)
+                    raw = await self.ws.recv()
             except TimeoutError:
                 # silence for the session's receive timeout: a disconnect, no event, no close
                 # frame (protocol.md §6.8); the session goes into its grace
@@ -432,20 +444,11 @@ class ConnectionHandler:
                 return
             if managed.attachment is not self.conn:
                 return  # taken over by a resume on another socket
-            if isinstance(raw, str):  # pragma: no cover - decode=False always gives bytes
-                raw = raw.encode()
-            if len(raw) > limit:
-                self._error("event_too_large", "Duplex event too large")
+            event = read_event(raw, max_bytes=limit)
+            if isinstance(event, Refusal):
+                self._error(event.code, event.message)
                 continue
-            try:
-                event = codec.loads(raw)
-            except codec.FrameDecodeError:
-                self._error("invalid_json", "Invalid JSON event")
-                continue
-            etype = event.get("type") if isinstance(event, dict) else None
-            if not isinstance(etype, str):
-                self._error("bad_event", "Duplex event must be a JSON object with a type")
-                continue
+            etype = event["type"]
             client_id = _client_event_id(event)
             if etype == "session.event_ack":
                 try:
@@ -492,6 +495,17 @@ class ConnectionHandler:
 
     def _error(self, code: str, message: str, client_id: str | None = None) -> None:
         self.conn.send_event(realtime_error(code, message, client_event_id=client_id))
+
+
+def _fit_close_reason(reason: str) -> str:
+    """A close frame's reason is at most 123 bytes of UTF-8 (RFC 6455 §5.5). The reason is
+    the client's own ``session.close`` reason (session.closed carries it whole); a longer one
+    is cut at a character boundary. Sent as it was, the writer failed and the client got no
+    close frame; vLLM-Omni 0.30.0 leaves that connection open without one."""
+    data = reason.encode()
+    if len(data) <= MAX_CLOSE_REASON_BYTES:
+        return reason
+    return data[:MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
 
 
 def _known_command(etype: str) -> bool:

@@ -15,13 +15,13 @@ returned with its defaults filled in (``create_response`` only when the client s
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from duplexctl.audio.pcm import normalize_format
 from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server.config import ServerConfig
+from duplexctl.server.wire_numbers import MAX_RATE, MIN_RATE, declared_rate, is_number
 
 LISTEN_ONLY: Final = "listen_only"
 BARGE_IN_ON_SPEECH: Final = "barge_in_on_speech"
@@ -47,8 +47,6 @@ _TD_DEFAULTS: Final[dict[str, Any]] = {
     "min_speech_duration_ms": 96,
 }
 _SILERO_MIN_THRESHOLD: Final = 0.15
-MIN_RATE: Final = 8000
-MAX_RATE: Final = 192000
 
 # Keys the engine interprets; everything else the client sends is echoed as sent.
 _INTERPRETED: Final = frozenset(
@@ -162,8 +160,11 @@ def capabilities(config: ServerConfig) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class SessionSettings:
-    """The normalised, effective session configuration (what the engine acts on)."""
+class NegotiatedSettings:
+    """The session's settings as the server negotiated them: the client's session object,
+    validated and normalised (defaults filled, aliases resolved), that the engine acts on and
+    echoes. Not the client's ``protocol.settings.SessionSettings`` (what a client asks for):
+    a request, while this is what the server agreed to."""
 
     model: str
     modalities: list[str]
@@ -171,7 +172,7 @@ class SessionSettings:
     instructions: str | None = None
     voice: str | None = None
     input_format: str = "pcm16"
-    input_rate: int = 16000
+    input_rate: int | float = 16000  # as declared; every append checks it (translate)
     output_format: str = "pcm16"
     output_rate: int | None = None
     turn_detection: dict[str, Any] | None = None
@@ -199,10 +200,6 @@ class SessionSettings:
 # --- field checks shared by open and update ----------------------------------------------
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def normalize_turn_detection(value: Any) -> dict[str, Any] | None:
     """Validate ``turn_detection`` (§6.2, 0.30.0's strict validator) and fill defaults."""
     if value is None:
@@ -217,7 +214,7 @@ def normalize_turn_detection(value: Any) -> dict[str, Any] | None:
             "turn_detection", f"Unknown turn_detection field(s): {', '.join(unknown)}"
         )
     for key in ("threshold", "prefix_padding_ms", "silence_duration_ms", "min_speech_duration_ms"):
-        if key in value and (not _is_number(value[key]) or value[key] < 0):
+        if key in value and (not is_number(value[key]) or value[key] < 0):
             raise SessionObjectError(
                 "turn_detection", f"turn_detection.{key} must be a non-negative number"
             )
@@ -288,42 +285,61 @@ def _format_name(value: Any, *, output: bool) -> str | None:
     return normalize_format(value, output=output)
 
 
-def _rate_of(value: Any) -> int | None:
-    if isinstance(value, dict) and isinstance(value.get("rate"), int):
-        return int(value["rate"])
-    return None
+def _format_rate(value: Any) -> int | float | None:
+    """The rate inside a GA format object (``rate``, ``sample_rate_hz`` or ``sample_rate``)."""
+    if not isinstance(value, dict):
+        return None
+    return declared_rate(
+        value.get("rate") or value.get("sample_rate_hz") or value.get("sample_rate")
+    )
 
 
-def check_formats(obj: dict[str, Any]) -> tuple[str | None, int | None, str | None, int | None]:
-    """Input/output formats and rates declared by ``obj`` (None when not declared)."""
+def _first_given(*values: Any) -> Any:
+    return next((value for value in values if value is not None), None)
+
+
+def check_formats(
+    obj: dict[str, Any],
+) -> tuple[str | None, int | float | None, str | None, int | None]:
+    """Input/output formats and rates declared by ``obj`` (None when not declared).
+
+    Rates are read as vLLM-Omni 0.30.0 reads them (wire_numbers.declared_rate): the first
+    truthy of ``sample_rate_hz``, ``sample_rate``, ``audio.input.sample_rate_hz``/``_rate``
+    and the GA format object's rate; one that is not a positive number declares nothing. An
+    input rate outside 8000-192000 Hz is taken as declared, like 0.30.0 takes it, and every
+    append decoded at it is refused (translate._append_rate). An output rate outside that
+    range is refused here: 0.30.0 accepts it and then never delivers the reply's audio.
+    """
     in_fmt = out_fmt = None
-    in_rate = out_rate = None
     audio = obj.get("audio") if isinstance(obj.get("audio"), dict) else {}
     a_in = audio.get("input") if isinstance(audio.get("input"), dict) else {}
     a_out = audio.get("output") if isinstance(audio.get("output"), dict) else {}
-    raw_in = obj.get("input_audio_format", a_in.get("format"))
+    raw_in = _first_given(obj.get("input_audio_format"), a_in.get("format"))
     if raw_in is not None:
         in_fmt = _format_name(raw_in, output=False)
         if in_fmt is None:
             shown = raw_in.get("type") if isinstance(raw_in, dict) else raw_in
             raise SessionObjectError("audio_format", f"Unsupported input_audio_format: {shown}")
-        in_rate = _rate_of(raw_in)
-    raw_out = obj.get("output_audio_format", obj.get("response_format", a_out.get("format")))
+    raw_out = _first_given(
+        obj.get("output_audio_format"), obj.get("response_format"), a_out.get("format")
+    )
     if raw_out is not None:
         out_fmt = _format_name(raw_out, output=True)
         if out_fmt is None:
             shown = raw_out.get("type") if isinstance(raw_out, dict) else raw_out
             raise SessionObjectError("audio_format", f"Unsupported output_audio_format: {shown}")
-        out_rate = _rate_of(raw_out)
-    for source in (obj.get("sample_rate_hz"), obj.get("sample_rate"), a_in.get("sample_rate_hz")):
-        if source is not None:
-            if not isinstance(source, int) or isinstance(source, bool):
-                raise SessionObjectError("audio_format", "sample_rate_hz must be an integer")
-            in_rate = source
-            break
-    if isinstance(a_out.get("sample_rate_hz"), int):
-        out_rate = a_out["sample_rate_hz"]
-    return in_fmt, in_rate, out_fmt, out_rate
+    in_value = obj.get("sample_rate_hz") or obj.get("sample_rate")
+    if in_value is None:
+        in_value = a_in.get("sample_rate_hz") or a_in.get("sample_rate")
+    in_rate = declared_rate(in_value) if in_value is not None else _format_rate(raw_in)
+    out_rate = _format_rate(raw_out) or declared_rate(
+        a_out.get("sample_rate_hz") or a_out.get("sample_rate")
+    )
+    if out_rate is not None and not MIN_RATE <= out_rate <= MAX_RATE:
+        raise SessionObjectError(
+            "audio_format", f"output sample_rate_hz must be between {MIN_RATE} and {MAX_RATE}"
+        )
+    return in_fmt, in_rate, out_fmt, None if out_rate is None else int(out_rate)
 
 
 def _check_other(obj: dict[str, Any]) -> None:
@@ -336,11 +352,11 @@ def _check_other(obj: dict[str, Any]) -> None:
         if key in obj and obj[key] is not None and not isinstance(obj[key], str):
             raise SessionObjectError("other", f"{key} must be a string")
     for key in ("overlap_short_ack_ms", "overlap_barge_in_ms", "overlap_silence_rms"):
-        if key in obj and (not _is_number(obj[key]) or obj[key] < 0):
+        if key in obj and (not is_number(obj[key]) or obj[key] < 0):
             raise SessionObjectError("other", f"{key} must be a non-negative number")
     if obj.get("extra_body") is not None and not isinstance(obj["extra_body"], dict):
         raise SessionObjectError("other", "extra_body must be an object")
-    if obj.get("idle_timeout_s") is not None and not _is_number(obj["idle_timeout_s"]):
+    if obj.get("idle_timeout_s") is not None and not is_number(obj["idle_timeout_s"]):
         raise SessionObjectError("other", "idle_timeout_s must be a number")
 
 
@@ -351,7 +367,7 @@ def _auto_response(obj: dict[str, Any]) -> bool | None:
     return None
 
 
-def _profile_check(settings: SessionSettings, config: ServerConfig) -> None:
+def _profile_check(settings: NegotiatedSettings, config: ServerConfig) -> None:
     """The model plugin's own refusal (``invalid_duplex_runtime_config``)."""
     if config.model_profile == "turn" and settings.auto_response:
         raise ProtocolError(
@@ -365,7 +381,7 @@ def _echo_keys(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: copy.deepcopy(v) for k, v in obj.items() if k not in _INTERPRETED}
 
 
-def _apply(settings: SessionSettings, obj: dict[str, Any]) -> SessionSettings:
+def _apply(settings: NegotiatedSettings, obj: dict[str, Any]) -> NegotiatedSettings:
     """Apply already-validated fields of ``obj`` onto ``settings`` (a new object)."""
     s = replace(settings, echo=_echo_keys(obj))
     in_fmt, in_rate, out_fmt, out_rate = check_formats(obj)
@@ -413,7 +429,7 @@ def _apply(settings: SessionSettings, obj: dict[str, Any]) -> SessionSettings:
 # --- open --------------------------------------------------------------------------------
 
 
-def parse_open(session_obj: dict[str, Any] | None, config: ServerConfig) -> SessionSettings:
+def parse_open(session_obj: dict[str, Any] | None, config: ServerConfig) -> NegotiatedSettings:
     """Validate and normalise the opening object; every problem is invalid_session_config.
 
     Raises ProtocolError (unsequenced, no event_id echo, §1.4): the transport sends it and
@@ -424,7 +440,7 @@ def parse_open(session_obj: dict[str, Any] | None, config: ServerConfig) -> Sess
         raise ProtocolError(
             "invalid_session_config", "session must be an object", echo_event_id=False
         )
-    base = SessionSettings(
+    base = NegotiatedSettings(
         model=config.served_model,
         modalities=["text", "audio"],
         output_modalities=["text", "audio"],
@@ -442,7 +458,7 @@ def parse_open(session_obj: dict[str, Any] | None, config: ServerConfig) -> Sess
         settings.model = obj["model"]
     settings.playback_commit_policy = ACK_ONLY  # forced once, at start (§6.5)
     timeout = obj.get("idle_timeout_s")
-    if _is_number(timeout):
+    if is_number(timeout):
         settings.idle_timeout_s = (
             300.0 if timeout == 0 else (config.ws_idle_timeout_s if timeout < 0 else timeout)
         )
@@ -469,13 +485,13 @@ def check_update_translator(patch: dict[str, Any]) -> None:
 
 
 def apply_update(
-    settings: SessionSettings,
+    settings: NegotiatedSettings,
     patch: dict[str, Any],
     config: ServerConfig,
     *,
     audio_started: bool,
     output_started: bool,
-) -> SessionSettings:
+) -> NegotiatedSettings:
     """The session's checks of a later update, then the patched settings.
 
     Raises sequenced ProtocolErrors; a rejected update changes nothing (the caller keeps the
@@ -531,7 +547,7 @@ def apply_update(
 # --- the object on the wire --------------------------------------------------------------
 
 
-def _audio_object(s: SessionSettings) -> dict[str, Any]:
+def _audio_object(s: NegotiatedSettings) -> dict[str, Any]:
     if s.audio is not None:
         return copy.deepcopy(s.audio)
     in_type = "audio/pcm" if s.input_format in ("pcm16", "pcm_f32le") else s.input_format
@@ -548,7 +564,7 @@ def _audio_object(s: SessionSettings) -> dict[str, Any]:
 
 
 def build(
-    s: SessionSettings,
+    s: NegotiatedSettings,
     *,
     session_id: str,
     state: dict[str, Any],

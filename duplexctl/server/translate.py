@@ -9,13 +9,15 @@ means the engine never has to guess which path an error takes.
 
 from __future__ import annotations
 
-import math
+import base64
+import binascii
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from duplexctl.audio.pcm import AudioDecodeError, b64decode, normalize_format
 from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server import session_object
+from duplexctl.server.wire_numbers import checked_rate, is_number, is_position
 
 # response.create options a duplex runtime refuses (§3.4; 0.30.0 refuses them everywhere)
 FORBIDDEN_RESPONSE_OPTIONS: Final = frozenset(
@@ -41,6 +43,8 @@ _ROUTED_SIGNALS: Final = frozenset(
         "conversation.item.truncate",
     }
 )
+MAX_VIDEO_FRAMES: Final = 2
+MAX_VIDEO_FRAME_CHARS: Final = 4_000_000
 _OVERLAP_ACTIONS: Final[dict[str, str]] = {
     "barge_in": "barge_in",
     "interrupt": "barge_in",
@@ -69,10 +73,6 @@ def _event_id(event: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _opt_str(event: dict[str, Any], key: str) -> str | None:
     value = event.get(key)
     return value if isinstance(value, str) else None
@@ -85,7 +85,7 @@ def _opt_bool(event: dict[str, Any], *keys: str) -> bool | None:
     return None
 
 
-def translate(event: dict[str, Any], *, input_format: str, input_rate: int) -> Command:
+def translate(event: dict[str, Any], *, input_format: str, input_rate: float) -> Command:
     """Validate one client event (aliases already resolved) into a Command.
 
     ``input_format``/``input_rate`` are the session's negotiated input defaults, used when an
@@ -105,13 +105,13 @@ def translate(event: dict[str, Any], *, input_format: str, input_rate: int) -> C
 # --- input --------------------------------------------------------------------------------
 
 
-def _append(event: dict[str, Any], input_format: str, input_rate: int) -> Command:
+def _append(event: dict[str, Any], input_format: str, input_rate: float) -> Command:
     audio = event.get("audio", event.get("delta"))
     frames = event.get("video_frames")
-    if frames is not None and (
-        not isinstance(frames, list) or not all(isinstance(f, str) for f in frames)
-    ):
-        raise ProtocolError("invalid_video_frames", "video_frames must be a list of base64 strings")
+    if frames is not None:
+        problem = _video_frames_problem(frames, event.get("max_slice_nums"))
+        if problem is not None:
+            raise ProtocolError("invalid_video_frames", problem)
     if (audio is None or audio == "") and not frames:
         raise ProtocolError(
             "bad_event", "input_audio_buffer.append requires audio and/or video_frames"
@@ -127,18 +127,7 @@ def _append(event: dict[str, Any], input_format: str, input_rate: int) -> Comman
                 "unsupported_audio_format", f"Unsupported input_audio_format: {raw_fmt}"
             )
         fmt = fmt_name
-    rate = input_rate
-    raw_rate = event.get("sample_rate_hz", event.get("sample_rate"))
-    if raw_rate is not None:
-        if (
-            not _number(raw_rate)
-            or raw_rate != int(raw_rate)
-            or not session_object.MIN_RATE <= raw_rate <= session_object.MAX_RATE
-        ):
-            raise ProtocolError("bad_event", "sample_rate_hz must be between 8000 and 192000")
-        rate = int(raw_rate)
-    elif raw_fmt is not None and fmt.startswith("g711") and not input_format.startswith("g711"):
-        rate = 8000
+    rate = _append_rate(event, fmt, raw_fmt is not None, input_format, input_rate)
     try:
         data = b64decode(audio) if audio else b""
     except AudioDecodeError:
@@ -149,7 +138,7 @@ def _append(event: dict[str, Any], input_format: str, input_rate: int) -> Comman
     if is_speech is None and isinstance(vad.get("is_speech"), bool):
         is_speech = vad["is_speech"]
     prob = event.get("speech_probability", vad.get("speech_probability", vad.get("probability")))
-    if is_speech is None and _number(prob):
+    if is_speech is None and is_number(prob):
         is_speech = prob >= 0.5
     hints["is_speech"] = is_speech
     overlap = event.get("overlap_action", event.get("overlap"))
@@ -157,7 +146,8 @@ def _append(event: dict[str, Any], input_format: str, input_rate: int) -> Comman
     hints["force_barge_in"] = event.get("force_barge_in") is True
     hints["force_listen"] = event.get("force_listen") is True
     for key in ("audio_start_ms", "audio_end_ms"):
-        hints[key] = event[key] if _number(event.get(key)) else None
+        # a client clock the server could not echo is no clock (wire_numbers.is_position)
+        hints[key] = event[key] if is_position(event.get(key)) else None
     return Command(
         "input_audio_buffer.append",
         _event_id(event),
@@ -165,7 +155,58 @@ def _append(event: dict[str, Any], input_format: str, input_rate: int) -> Comman
     )
 
 
-def _commit(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _append_rate(
+    event: dict[str, Any], fmt: str, fmt_given: bool, input_format: str, input_rate: float
+) -> int:
+    """The rate an append is decoded at, checked whichever place declared it.
+
+    As in vLLM-Omni 0.30.0 (``decode_audio_append``): the append's own ``sample_rate_hz`` /
+    ``sample_rate`` when truthy, else the session's rate; either one must pass the 8000-192000
+    Hz check, so a session declared at 2**63 (or 4000) gets ``bad_event`` on each append
+    instead of reaching the resampler. A G.711 append on a PCM session defaults to 8 kHz.
+    """
+    own = event.get("sample_rate_hz") or event.get("sample_rate")
+    if own:
+        value: Any = own
+    elif fmt_given and fmt.startswith("g711") and not input_format.startswith("g711"):
+        value = 8000
+    else:
+        value = input_rate
+    try:
+        return checked_rate(value)
+    except ValueError as exc:
+        raise ProtocolError("bad_event", str(exc)) from None
+
+
+def _video_frames_problem(frames: Any, max_slice_nums: Any) -> str | None:
+    """vLLM-Omni 0.30.0's camera-frame rules (``validate_realtime_video_frames``): a list of
+    at most two non-empty base64 JPEG/PNG strings of at most 4 MB each; ``max_slice_nums``
+    only 1 or absent."""
+    if max_slice_nums not in (None, 1) or isinstance(max_slice_nums, bool):
+        return "max_slice_nums is not selectable on the wire; Stage0 slices stacked units itself"
+    if not isinstance(frames, list):
+        return "video_frames must be a list of base64-encoded images"
+    present = [frame for frame in frames if frame is not None]
+    if len(present) > MAX_VIDEO_FRAMES:
+        return "video_frames carries more than 2 frames for one append; send ~1 frame per 1 s chunk"
+    for frame in present:
+        if not isinstance(frame, str) or not frame:
+            return "video_frames entries must be non-empty base64 strings"
+        if len(frame) > MAX_VIDEO_FRAME_CHARS:
+            return (
+                "video_frames entry exceeds 4MB base64; reduce capture resolution or JPEG quality"
+            )
+        head = frame[:64]
+        try:
+            header = base64.b64decode(head + "=" * (-len(head) % 4))
+        except (binascii.Error, ValueError):
+            return "video_frames entries must be valid base64"
+        if not header.startswith((b"\xff\xd8", b"\x89PNG")):
+            return "video_frames entries must be JPEG or PNG images"
+    return None
+
+
+def _commit(event: dict[str, Any], _f: str, _r: float) -> Command:
     response_create = _opt_bool(event, "response_create", "create_response")
     return Command(
         "input_audio_buffer.commit",
@@ -178,11 +219,11 @@ def _commit(event: dict[str, Any], _f: str, _r: int) -> Command:
     )
 
 
-def _plain(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _plain(event: dict[str, Any], _f: str, _r: float) -> Command:
     return Command(event["type"], _event_id(event))
 
 
-def _text_append(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _text_append(event: dict[str, Any], _f: str, _r: float) -> Command:
     if not isinstance(event.get("text"), str):
         raise ProtocolError("bad_event", "input.text.append requires text")
     return Command("input.text.append", _event_id(event))
@@ -191,7 +232,7 @@ def _text_append(event: dict[str, Any], _f: str, _r: int) -> Command:
 # --- conversation items -------------------------------------------------------------------
 
 
-def _item_create(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _item_create(event: dict[str, Any], _f: str, _r: float) -> Command:
     item = event.get("item")
     if not isinstance(item, dict):
         raise ProtocolError("bad_event", "conversation.item.create requires an item object")
@@ -217,11 +258,12 @@ def _item_create(event: dict[str, Any], _f: str, _r: int) -> Command:
                     "unsupported_audio_format",
                     f"Unsupported input_audio_format: {part.get('format')}",
                 )
-            rate = part.get("sample_rate_hz", 16000)
-            if not _number(rate) or not session_object.MIN_RATE <= rate <= session_object.MAX_RATE:
-                raise ProtocolError("bad_event", "sample_rate_hz must be between 8000 and 192000")
             try:
-                audio.append((b64decode(raw), fmt, int(rate)))
+                rate = checked_rate(part.get("sample_rate_hz", 16000))
+            except ValueError as exc:
+                raise ProtocolError("bad_event", str(exc)) from None
+            try:
+                audio.append((b64decode(raw), fmt, rate))
             except AudioDecodeError:
                 raise ProtocolError("bad_audio", "input audio is not valid base64") from None
     previous = event.get("previous_item_id")
@@ -236,17 +278,17 @@ def _item_create(event: dict[str, Any], _f: str, _r: int) -> Command:
     )
 
 
-def _item_id_command(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _item_id_command(event: dict[str, Any], _f: str, _r: float) -> Command:
     item_id = event.get("item_id")
     if not isinstance(item_id, str) or not item_id:
         raise ProtocolError("missing_item_id", f"{event['type']} requires item_id")
     return Command(event["type"], _event_id(event), {"item_id": item_id})
 
 
-def _truncate(event: dict[str, Any], f: str, r: int) -> Command:
+def _truncate(event: dict[str, Any], f: str, r: float) -> Command:
     cmd = _item_id_command(event, f, r)
     end = event.get("audio_end_ms")
-    if not _number(end) or end < 0:
+    if not is_position(end) or end < 0:
         raise ProtocolError("bad_event", "conversation.item.truncate requires numeric audio_end_ms")
     index = event.get("content_index", 0)
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
@@ -258,7 +300,7 @@ def _truncate(event: dict[str, Any], f: str, r: int) -> Command:
 # --- responses ----------------------------------------------------------------------------
 
 
-def _response_create(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _response_create(event: dict[str, Any], _f: str, _r: float) -> Command:
     has_options = "response" in event
     options = event.get("response")
     if has_options and not isinstance(options, dict):
@@ -292,14 +334,14 @@ def _response_create(event: dict[str, Any], _f: str, _r: int) -> Command:
     )
 
 
-def _with_response_id(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _with_response_id(event: dict[str, Any], _f: str, _r: float) -> Command:
     rid = event.get("response_id")
     return Command(
         event["type"], _event_id(event), {"response_id": rid if isinstance(rid, str) else None}
     )
 
 
-def _turn_signal(event: dict[str, Any], f: str, r: int) -> Command:
+def _turn_signal(event: dict[str, Any], f: str, r: float) -> Command:
     name = event.get("event")
     if not isinstance(name, str) or not name:
         raise ProtocolError("bad_event", "turn.signal requires event")
@@ -315,12 +357,12 @@ def _turn_signal(event: dict[str, Any], f: str, r: int) -> Command:
     return Command("turn.signal", _event_id(event), {"event": name, "payload": payload})
 
 
-def _playback_ack(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _playback_ack(event: dict[str, Any], _f: str, _r: float) -> Command:
     played = event.get("played_ms")
-    if not _number(played):
+    if not is_position(played):
         raise ProtocolError("bad_event", "playback.ack requires numeric played_ms")
     committed = event.get("committed_ms", played)
-    if not _number(committed):
+    if not is_position(committed):
         raise ProtocolError("bad_event", "playback.ack committed_ms must be numeric")
     rid = event.get("response_id")
     item = event.get("item_id")
@@ -339,7 +381,7 @@ def _playback_ack(event: dict[str, Any], _f: str, _r: int) -> Command:
 # --- session ------------------------------------------------------------------------------
 
 
-def _session_update(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _session_update(event: dict[str, Any], _f: str, _r: float) -> Command:
     patch = event.get("session")
     if patch is None:
         patch = {k: v for k, v in event.items() if k not in ("type", "event_id")}
@@ -349,7 +391,7 @@ def _session_update(event: dict[str, Any], _f: str, _r: int) -> Command:
     return Command("session.update", _event_id(event), {"session": patch})
 
 
-def _session_close(event: dict[str, Any], _f: str, _r: int) -> Command:
+def _session_close(event: dict[str, Any], _f: str, _r: float) -> Command:
     reason = event.get("reason")
     return Command(
         "session.close",
@@ -378,3 +420,5 @@ _HANDLERS: Final = {
     "session.update": _session_update,
     "session.close": _session_close,
 }
+# Every command type the engine can receive (session.EngineSession dispatches each).
+COMMAND_TYPES: Final = frozenset(_HANDLERS)

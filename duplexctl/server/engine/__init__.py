@@ -1,0 +1,1 @@
+"""The parts of one engine session, one job each, behind ``server.session.EngineSession``."""
