@@ -1,7 +1,7 @@
 """CPU per session-minute and pacing of three clients driving the same real-time sessions.
 
 Issue 7's generator-efficiency goal is a *ratio* measured side by side, because these
-machines are shared and their speed drifts (testing.md): ``duplexctl load`` must stay within
+machines are shared and their speed drifts (docs/testing.md): ``duplexctl load`` must stay within
 1.5x of the bare streamer's CPU and be at least 2x cheaper per session than vLLM-Omni's own
 ``DuplexClient``. So one separate ``duplexctl serve`` process (turn profile, 300 ms time to
 first audio, 2 s tone replies in 200 ms chunks) is started once and, for each session count

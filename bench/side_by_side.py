@@ -1,7 +1,7 @@
 """Two or more versions of ``load`` at the same time against one server: paired CPU ratios.
 
 ``compare_clients.py`` runs its clients one after the other, and this machine's speed drifts
-by 10-20 % between runs (testing.md), so a change worth 2-5 % cannot be told from noise
+by 10-20 % between runs (docs/testing.md), so a change worth 2-5 % cannot be told from noise
 there, even over several rounds. Here every version runs *at the same time*, each its own
 ``load`` process with ``--sessions`` sessions against one ``duplexctl serve``, so a drift of
 the machine hits all of them alike and cancels in their ratio: two identical trees measure

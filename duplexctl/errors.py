@@ -1,4 +1,4 @@
-"""The error hierarchy behind duplexctl's exit codes (design.md: command-line contract).
+"""The error hierarchy behind duplexctl's exit codes (docs/architecture.md: command-line contract).
 
 Commands raise these; :func:`duplexctl.cli.main` prints one line naming the problem (no
 traceback) and exits with the class's code: 1 a check failed, 2 bad usage or bad input,

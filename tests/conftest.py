@@ -2,9 +2,10 @@
 
 * ``wire_dir`` / ``load_wire``: the 19 golden transcripts recorded from the real vLLM-Omni
   0.30.0 server (copied into tests/fixtures/wire so the suite needs nothing outside the repo).
-* ``peer``: a factory that starts the real vLLM-Omni peer (../shared/peer) on a free loopback
-  port with given arguments, once per argument set per test session. Tests using it are
-  skipped when the peer's environment has not been built (``bash ../shared/peer/setup.sh``).
+* ``peer``: a factory that starts the real vLLM-Omni peer (the peer kit of docs/testing.md,
+  ``DUPLEXCTL_PEER_KIT``, by default beside the checkout) on a free loopback port with given
+  arguments, once per argument set per test session. Tests using it are skipped when the
+  peer's environment has not been built (the kit's ``setup.sh``).
 """
 
 from __future__ import annotations
@@ -74,9 +75,7 @@ def peer_available() -> bool:
 def peer() -> Iterator[Callable[..., PeerServer]]:
     """``peer("--max-sessions", "2")`` -> a running peer (shared by tests asking the same)."""
     if not peer_available():
-        pytest.skip(
-            f"vLLM-Omni peer environment not built ({PEER_VENV}); run ../shared/peer/setup.sh"
-        )
+        pytest.skip(f"vLLM-Omni peer environment not built ({PEER_VENV}); run {PEER_KIT}/setup.sh")
     running: dict[tuple[str, ...], PeerServer] = {}
     logs: list[Any] = []
 

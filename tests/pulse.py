@@ -2,7 +2,7 @@
 
 The kernel on the project's machines has no sound support, so real-device tests play into a
 null sink (``vsink``) and record from its monitor (``vsink.monitor``), which PulseAudio makes
-the default source. testing.md lists the facts this helper encodes:
+the default source. docs/testing.md lists the facts this helper encodes:
 
 1. An idle null sink renders in ~2 s blocks (first capture arrives late, playback starts with an
    underflow storm). A second null sink ``drain`` fed by ``module-loopback`` from

@@ -1,4 +1,4 @@
-"""The replay journal's rules (protocol.md §6.6), without sockets and with a fake clock."""
+"""The replay journal's rules (docs/protocol.md §6.6), without sockets and with a fake clock."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""``duplexctl probe`` against the real vLLM-Omni 0.30.0 stack (../shared/peer).
+"""``duplexctl probe`` against the real vLLM-Omni 0.30.0 stack (the peer kit: docs/testing.md).
 
 This records what the probes find there, as a test: everything passes except
 abandoned-handshake — 0.30.0 treats an open whose ``session.created`` could not be delivered
 as an ordinary disconnect and keeps the session (and its admission slot) for the whole
-disconnect grace (protocol.md §6.6). If a later peer fixes that, this test says so.
+disconnect grace (docs/protocol.md §6.6). If a later peer fixes that, this test says so.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Interoperability: replay against the real vLLM-Omni 0.30.0 serving stack (fake model).
 
-The peer (shared/peer) answers every turn ``--ttfa-ms`` (300) after it is submitted with a
+The peer (docs/testing.md) answers every turn ``--ttfa-ms`` (300) after it is submitted with a
 2 s tone in 200 ms chunks; these tests check that replay's spoken turn, cancel, server-VAD
 barge-in and drop + resume work against it, and that the timings match what it was told.
 """

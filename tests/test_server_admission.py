@@ -1,4 +1,4 @@
-"""Admission control, slot lifetime, disconnect grace and idle TTL (protocol.md §6.6-6.8)."""
+"""Admission control, slot lifetime, disconnect grace and idle TTL (docs/protocol.md §6.6-6.8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resume, replay, takeover and the journal on the wire (protocol.md §6.6, golden transcripts
+"""Resume, replay, takeover and the journal on the wire (docs/protocol.md §6.6, golden transcripts
 ``journal_gap``, ``resume_takeover``, ``resume_expired``)."""
 
 from __future__ import annotations

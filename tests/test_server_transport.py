@@ -368,7 +368,7 @@ async def test_client_aliases_reach_the_engine_canonical() -> None:
 
 
 async def test_input_commit_alias_answers_the_turn_by_default() -> None:
-    """``input.commit`` defaults to response_create true (protocol.md §3.2), unlike the
+    """``input.commit`` defaults to response_create true (docs/protocol.md §3.2), unlike the
     canonical ``input_audio_buffer.commit``: speech then a bare alias commit gets a response."""
     import base64
 

@@ -1,4 +1,4 @@
-"""Turn figures from hand-made timestamps: every metrics.md definition, checked by arithmetic."""
+"""Turn figures from hand-made timestamps: every docs/metrics.md definition, checked by arithmetic."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ imports it on first use through :func:`_sd`, which turns the failure into one
 Clocks. PortAudio stamps callbacks on its own stream clock (on Linux/ALSA that is wall-clock
 time, not ``time.monotonic``). Each callback converts: ``offset = monotonic() - currentTime``,
 so an ADC/DAC time ``t`` becomes ``t + offset`` on the process's monotonic clock
-(metrics.md: one monotonic clock per process).
+(docs/metrics.md: one monotonic clock per process).
 
-Playback position (metrics.md, "Playback clock ... with a speaker the output device callback
+Playback position (docs/metrics.md, "Playback clock ... with a speaker the output device callback
 drives it"): :class:`Speaker` never derives ``played_ms`` from bytes received or enqueued. The
 output callback records, per response, which frames it handed to the device and the DAC time
 PortAudio reports for the first of them (``outputBufferDacTime``; when a host API reports
@@ -562,7 +562,7 @@ class Speaker:
         """Close the stream, first keeping it open ``output_latency_s + tail_s``.
 
         Closing right after the last callback loses the audio still inside the device
-        buffers (testing.md: keep an output stream open for its latency + 0.3 s). Does not
+        buffers (docs/testing.md: keep an output stream open for its latency + 0.3 s). Does not
         wait for queued audio: use :meth:`drain` for that.
         """
         stream, self._stream = self._stream, None

@@ -1,6 +1,6 @@
 """The bundled recordings' manifest: where speech starts and ends in each file.
 
-Why a manifest: ``t_eos`` (metrics.md) is the send time of the append carrying the end of
+Why a manifest: ``t_eos`` (docs/metrics.md) is the send time of the append carrying the end of
 the user's speech, so duplexctl must know where speech ends in the WAV *before* the run.
 For the bundled turns that position is measured once, by the same energy VAD used
 elsewhere, and stored next to the files in ``duplexctl/recordings/manifest.json`` (written by

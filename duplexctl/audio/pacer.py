@@ -1,6 +1,6 @@
 """The user's audio clock: a microphone-like source and an absolute send schedule.
 
-Two rules from metrics.md shape this module:
+Two rules from docs/metrics.md shape this module:
 
 * Appends go out on an **absolute schedule**, chunk ``k`` at ``t0 + k * chunk_ms``. "Send,
   then sleep chunk_ms" drifts by every wakeup's lateness; here a late wakeup only delays the
@@ -179,7 +179,7 @@ class MicQueue:
 
 
 class SendLag:
-    """send_lag_ms (metrics.md): actual send − scheduled send, for every append.
+    """send_lag_ms (docs/metrics.md): actual send − scheduled send, for every append.
 
     Keeps count, max, the number of appends later than one chunk period (a run whose p99
     exceeds that is ``invalid_pacing``) and every value in a growing float64 array (amortised
@@ -218,7 +218,7 @@ Sleep = Callable[[float], Awaitable[object]]
 class Pacer:
     """Cuts the microphone into ``chunk_ms`` appends due at ``t0 + k * chunk_ms``.
 
-    ``clock`` defaults to ``time.monotonic`` (the clock metrics.md measures with, and the
+    ``clock`` defaults to ``time.monotonic`` (the clock docs/metrics.md measures with, and the
     one send times are stamped with; uvloop's ``loop.time()`` is cached per loop iteration
     and rounded to the millisecond, and costs a ``get_running_loop`` per call); tests
     inject a fake clock and ``sleep``. ``t0`` is fixed by :meth:`start` or by the first

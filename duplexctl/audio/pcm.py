@@ -1,4 +1,4 @@
-"""Wire audio formats (protocol.md §5): PCM16, float32 and G.711, to and from float32 arrays.
+"""Wire audio formats (docs/protocol.md §5): PCM16, float32 and G.711, to and from float32 arrays.
 
 Both server and client convert here, so the two sides agree on scaling and clipping. All
 functions work on mono float32 numpy arrays in [-1, 1].

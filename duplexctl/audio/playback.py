@@ -3,7 +3,7 @@
 Why simulate it: the server's playback ledger (``playback.ack`` / ``played_ms``) and the
 truncation point of a barge-in (``conversation.item.truncate``) must reflect audio *played*,
 not bytes received — a client that acks on receipt tells the server the user heard audio
-still sitting in a buffer. Without a speaker, metrics.md defines the clock as a jitter
+still sitting in a buffer. Without a speaker, docs/metrics.md defines the clock as a jitter
 buffer: playback starts at ``P0 = recv(first audio chunk) + prebuffer`` and runs in real
 time; a chunk that arrives after it was due to play is an **underrun**, and the silence
 inserted while waiting for it is ``stall_ms``. ``flush`` is barge-in/cancel: the buffer is
@@ -49,7 +49,7 @@ class Playback(Protocol):
 
 
 class PlaybackClock:
-    """Simulated jitter buffer for one response (metrics.md "Playback clock").
+    """Simulated jitter buffer for one response (docs/metrics.md "Playback clock").
 
     Playback is a sequence of *runs*: stretches of gapless real-time playing. The first run
     starts at ``P0``; each underrun ends a run (everything received so far has played) and
@@ -86,7 +86,7 @@ class PlaybackClock:
     def receive(self, now: float, duration_ms: float) -> None:
         """Schedule a received chunk right after the audio already buffered.
 
-        An empty chunk is ignored (metrics.md counts non-empty deltas). A chunk arriving
+        An empty chunk is ignored (docs/metrics.md counts non-empty deltas). A chunk arriving
         after its due time is an underrun: the gap is ``stall_ms`` and the chunk plays on
         arrival. After :meth:`flush`, received audio is counted as discarded, never played.
         """

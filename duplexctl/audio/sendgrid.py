@@ -13,7 +13,7 @@ BENCHMARKS.md, round 3). A :class:`SendGrid` divides the chunk period into ``pha
   a process wakes at most ``phases`` times per period however many sessions it runs.
 
 Nothing about the schedule changes: chunk ``k`` is still due at ``t0 + k * chunk_ms`` on the
-pacer's clock and its lateness is still measured as send lag (metrics.md). A grid belongs to
+pacer's clock and its lateness is still measured as send lag (docs/metrics.md). A grid belongs to
 one event loop (one per ``load`` worker process).
 """
 

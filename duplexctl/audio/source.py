@@ -1,6 +1,6 @@
 """Audio files → mono float32 at the session rate, with the conversion stated.
 
-design.md promises that any common format, rate and channel count is accepted, converted
+docs/architecture.md promises that any common format, rate and channel count is accepted, converted
 to what the session declared, and that the conversion is *stated*: a user who feeds a
 44.1 kHz stereo recording should see that it was downmixed and resampled, because both
 change what the server hears. Unreadable input must end the command with one line naming

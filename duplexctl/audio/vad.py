@@ -1,8 +1,8 @@
 """Energy voice-activity detection with hysteresis, streaming and offline.
 
 One detector serves three users: the reference server's ``server_vad`` (speech_started /
-speech_stopped with prefix padding and a silence duration, protocol.md §6.2), the recordings
-manifest (where speech starts and ends in a WAV, metrics.md ``t_eos``), and ``talk``'s local
+speech_stopped with prefix padding and a silence duration, docs/protocol.md §6.2), the recordings
+manifest (where speech starts and ends in a WAV, docs/metrics.md ``t_eos``), and ``talk``'s local
 barge-in trigger. An energy detector is enough for all three: the inputs are clean speech
 and digital silence, and unlike Silero it needs no model file.
 

@@ -1,6 +1,6 @@
 """WAV writers that lose nothing on Ctrl-C (or even a kill).
 
-design.md: "recordings and results are written incrementally and survive Ctrl-C". A
+docs/architecture.md: "recordings and results are written incrementally and survive Ctrl-C". A
 libsndfile writer buffers and fixes the RIFF sizes only on close, so an interrupted run
 leaves a file that players call empty or corrupt. These writers instead hand every block
 to the kernel at once (``os.pwrite``, no user-space buffer) and rewrite the two RIFF size

@@ -3,7 +3,7 @@
 A user whose sessions never opened needs to know *what the server did*, and ``load`` counts
 its failed attempts by this word, so it is a small closed set, defined here once. Every
 :class:`~duplexctl.client.connection.OpenFailed` carries exactly one of them as ``cause``,
-next to the coarser metrics.md ``admission`` outcome it maps to (:data:`ADMISSION`).
+next to the coarser docs/metrics.md ``admission`` outcome it maps to (:data:`ADMISSION`).
 """
 
 from __future__ import annotations

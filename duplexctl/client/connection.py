@@ -1,9 +1,9 @@
-"""The asyncio websocket transport around :class:`ClientSession` (protocol.md §1, §6.6, §6.8).
+"""The asyncio websocket transport around :class:`ClientSession` (docs/protocol.md §1, §6.6, §6.8).
 
 Thin on purpose: every protocol decision lives in the sans-I/O ClientSession; this module
 owns sockets, time and tasks. What it adds, and why:
 
-* **Raw timestamps** for metrics.md: ``recv_ns`` is taken the moment a frame is read off the
+* **Raw timestamps** for docs/metrics.md: ``recv_ns`` is taken the moment a frame is read off the
   socket (before JSON decoding and de-duplication); :meth:`DuplexConnection.send` returns the
   monotonic ns right after the websocket send returned. ``connect_ms``, ``handshake_ms``,
   ``close_ms``, heartbeat RTTs and every resume's split are kept in ``timings``.
@@ -11,7 +11,7 @@ owns sockets, time and tasks. What it adds, and why:
   advertised limit), any other error :class:`HandshakeFailed`, anything else that keeps the
   session from opening :class:`OpenFailed`; all are ``errors.ServerUnreachable`` (exit code
   3) and carry a ``cause`` (:mod:`duplexctl.client.causes`: what the server did, named once),
-  the metrics.md ``admission`` outcome it maps to, ``time_to_reject_ms`` for load, and a one
+  the docs/metrics.md ``admission`` outcome it maps to, ``time_to_reject_ms`` for load, and a one
   line message naming what happened (issue 17.1, 17.2, 17.7): a frame that is not the
   protocol fails the open at once with its first bytes, rather than after the timeout.
   ``give_up`` (an event: the run stopped) ends an open that is still waiting, so a command
@@ -111,7 +111,7 @@ class OpenFailed(ServerUnreachable):
     """The session could not be opened: ``cause`` says why (one word of
     :class:`~duplexctl.client.causes.Cause`), the message says it in one line.
 
-    ``admission`` is the metrics.md outcome the cause maps to; ``gave_up`` is True when the
+    ``admission`` is the docs/metrics.md outcome the cause maps to; ``gave_up`` is True when the
     attempt was still waiting when its ``give_up`` event was set (the run stopped)."""
 
     def __init__(
@@ -133,7 +133,7 @@ class OpenFailed(ServerUnreachable):
 
     @property
     def admission(self) -> str:
-        """rejected_capacity | rejected_other | transport_error | timeout (metrics.md)."""
+        """rejected_capacity | rejected_other | transport_error | timeout (docs/metrics.md)."""
         return ADMISSION[self.cause]
 
 
@@ -196,7 +196,7 @@ class ViolationRecorded(Happening):
 
 @dataclass(slots=True)
 class ResumeRecord:
-    """One resume (metrics.md: resume_ms = reconnect_ms + resume_handshake_ms, roughly)."""
+    """One resume (docs/metrics.md: resume_ms = reconnect_ms + resume_handshake_ms, roughly)."""
 
     t_drop_ns: int
     automatic: bool
@@ -212,7 +212,7 @@ class ResumeRecord:
 
 @dataclass(slots=True)
 class ConnectionTimings:
-    """Raw monotonic timestamps (ns) and the derived session figures of metrics.md."""
+    """Raw monotonic timestamps (ns) and the derived session figures of docs/metrics.md."""
 
     t_connect_start_ns: int | None = None
     t_open_ns: int | None = None

@@ -221,7 +221,7 @@ async def server_target(
 ) -> AsyncIterator[Target]:
     """``--url`` as given, or — without one — the reference server started in-process on a
     free loopback port (``server_settings``: ServerConfig fields; an unknown one is BadInput)
-    for as long as the block runs. design.md: every command works on a fresh machine."""
+    for as long as the block runs. docs/architecture.md: every command works on a fresh machine."""
     if url is not None:
         yield Target(url=url, embedded=None, line=None)
         return

@@ -1,4 +1,4 @@
-"""The load generator watching itself (metrics.md "Load-generator validity").
+"""The load generator watching itself (docs/metrics.md "Load-generator validity").
 
 A load test whose client fell behind measures the client, not the server. So every run
 samples its own event loop: a task asks to wake every 100 ms and records how late it woke

@@ -1,4 +1,4 @@
-"""The client's view of one duplex session, free of I/O (protocol.md §2, §4, §6.4–6.6).
+"""The client's view of one duplex session, free of I/O (docs/protocol.md §2, §4, §6.4–6.6).
 
 Like ``h11`` or ``wsproto``, :class:`ClientSession` never touches a socket: the transport
 hands it every decoded server frame together with the moment the frame was read off the
@@ -16,7 +16,7 @@ What it owns, and why here:
 * **Identity.** ``session_id``, the rotating ``resume_token``, ``attachment_generation`` and
   ``capabilities`` come from ``session.created`` / ``session.resumed``.
 * **Responses.** One :class:`ResponseTrack` per response id with the receive times every turn
-  figure of metrics.md needs (created, speak, first/last audio, first text, done), the
+  figure of docs/metrics.md needs (created, speak, first/last audio, first text, done), the
   assistant timeline (``audio_ms``) and the chunk gaps.
 * **Audio decoding.** Deltas are decoded in the format and rate *they* state (pcm16, wav,
   G.711, f32) into PCM16 so that everything downstream handles one format.
@@ -257,7 +257,7 @@ class ResponseTrack:
     status: str | None = None
     reason: str | None = None
     audio_ms: float = 0.0  # assistant timeline end (cumulative output ms)
-    first_chunk_ms: float = 0.0  # duration of the first chunk (metrics.md rtf)
+    first_chunk_ms: float = 0.0  # duration of the first chunk (docs/metrics.md rtf)
     audio_bytes: int = 0  # decoded PCM16 bytes actually received
     audio_deltas: int = 0
     decode_errors: int = 0
@@ -271,7 +271,7 @@ class ResponseTrack:
         return self.done_ns is not None
 
     def audio_ms_after(self, t_ns: int) -> float:
-        """Assistant audio ms received after ``t_ns`` (metrics.md ``leaked_audio_ms``)."""
+        """Assistant audio ms received after ``t_ns`` (docs/metrics.md ``leaked_audio_ms``)."""
         return sum(end - start for recv, start, end in self.deltas if recv > t_ns)
 
     def last_audio_after(self, t_ns: int) -> int | None:
@@ -464,7 +464,7 @@ class ClientSession:
     def pending_ack(self) -> int | None:
         """The seq to send in ``session.event_ack`` now, or None when nothing is due.
 
-        Everything processed is acked (protocol.md §6.6: the journal is capped at 8 MiB, about
+        Everything processed is acked (docs/protocol.md §6.6: the journal is capped at 8 MiB, about
         two minutes of audio), never more; once the session has ended there is nothing to trim.
         """
         if self.ended or self.last_seq <= self.acked_seq:
@@ -927,7 +927,7 @@ class ClientSession:
         self, response_id: str, played_ms: float, committed_ms: float | None = None
     ) -> dict[str, Any]:
         """``playback.ack``; ``played_ms`` must come from a playback clock, never from bytes
-        received (metrics.md). ``committed_ms`` defaults to ``played_ms`` as on the server."""
+        received (docs/metrics.md). ``committed_ms`` defaults to ``played_ms`` as on the server."""
         played = int(played_ms)
         return self._event(
             "playback.ack",

@@ -1,4 +1,4 @@
-"""Error envelopes: build and parse both shapes (protocol.md §4.4, §4.5, §1.6).
+"""Error envelopes: build and parse both shapes (docs/protocol.md §4.4, §4.5, §1.6).
 
 Realtime shape (G2, every post-handshake error and G2 handshake errors)::
 
@@ -85,7 +85,7 @@ class WireError:
 
     @property
     def is_capacity(self) -> bool:
-        """True for an admission rejection (metrics.md: rejected_capacity)."""
+        """True for an admission rejection (docs/metrics.md: rejected_capacity)."""
         return self.code in ("resource_exhausted", "duplex_session_busy") or (
             self.type == RATE_LIMIT and self.code not in ("input_backpressure",)
         )
@@ -127,7 +127,7 @@ class ProtocolError(Exception):
 
     The server turns it into an error event; ``sequenced`` says whether it travels through
     the session's journal (errors raised inside the session) or is written straight to the
-    socket (translator and transport errors, protocol.md §2).
+    socket (translator and transport errors, docs/protocol.md §2).
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Identifier formats of the G2 protocol (protocol.md §2).
+"""Identifier formats of the G2 protocol (docs/protocol.md §2).
 
 Kept in one place so that the server mints ids of exactly the shape real servers use and the
 client can recognise them (for example the assistant item of a response is always

@@ -1,13 +1,13 @@
-"""The protocol invariants of metrics.md, checked on what a client receives.
+"""The protocol invariants of docs/metrics.md, checked on what a client receives.
 
 A violation is a server bug (or a transport that lost or duplicated events), so it is
 recorded as a structured :class:`Violation` and counted — never raised, never silently
 ignored: a load run must keep going and report how often the server broke its contract.
 
-Checked, in the order metrics.md lists them:
+Checked, in the order docs/metrics.md lists them:
 
 * ``response_done_missing`` is *not* a violation by itself: a ``session.close`` cancels a
-  running response without a ``response.done`` (protocol.md §6.8). Responses still open are
+  running response without a ``response.done`` (docs/protocol.md §6.8). Responses still open are
   reported by :meth:`InvariantChecker.finish` / ``open_at_close`` so a probe can judge them.
   ``duplicate_response_done`` and ``response_done_without_created`` are violations.
 * ``delta_after_response_done``: an audio/transcript/text delta for a finished response.

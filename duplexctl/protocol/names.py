@@ -1,4 +1,4 @@
-"""Event type names and the two dialects' spellings (protocol.md §0, §10).
+"""Event type names and the two dialects' spellings (docs/protocol.md §0, §10).
 
 G2 (vLLM-Omni 0.30.0 and later) emits only the GA audio names; G1 servers emit only the beta
 names. A server emits exactly one spelling; a client must accept both, so the client maps
@@ -68,7 +68,7 @@ TRANSCRIPT_DELTA: Final = "response.output_audio_transcript.delta"
 TRANSCRIPT_DONE: Final = "response.output_audio_transcript.done"
 TEXT_DELTA: Final = "response.output_text.delta"
 
-# Error codes that mean "the server is full" (metrics.md: admission = rejected_capacity).
+# Error codes that mean "the server is full" (docs/metrics.md: admission = rejected_capacity).
 CAPACITY_CODES: Final[frozenset[str]] = frozenset(
     {"resource_exhausted", "duplex_session_busy", "rate_limit_error"}
 )

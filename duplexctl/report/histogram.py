@@ -1,4 +1,4 @@
-"""Lossless, mergeable latency histograms (metrics.md "Statistics").
+"""Lossless, mergeable latency histograms (docs/metrics.md "Statistics").
 
 Why HDR: a load run spread over worker processes and hosts must report one p99 for the whole
 run. Percentiles cannot be averaged, and keeping every sample in memory does not scale, so each
@@ -213,7 +213,7 @@ class LatencyHistogram:
 
     @property
     def negative_count(self) -> int:
-        """Samples below zero (for ``ttfa_ms``: early starts, metrics.md)."""
+        """Samples below zero (for ``ttfa_ms``: early starts, docs/metrics.md)."""
         return sum(self._neg.values())
 
     def __len__(self) -> int:

@@ -1,4 +1,4 @@
-"""Human-readable summaries of histograms (metrics.md "Statistics").
+"""Human-readable summaries of histograms (docs/metrics.md "Statistics").
 
 Every percentile is printed with its ``n``, and a p99 computed from fewer than 100 samples is
 marked ``*``: with 42 samples "p99" is simply the largest one, and a reader comparing two runs

@@ -21,7 +21,7 @@ __all__ = ["Pace"]  # re-exported: one Pace for the pacer, scenarios and the res
 
 
 class TurnEnd(StrEnum):
-    """Who ends a user turn (protocol.md §6.1)."""
+    """Who ends a user turn (docs/protocol.md §6.1)."""
 
     VAD = "server_vad"  # the server's VAD auto-commits after the speech
     COMMIT = "commit"  # the client commits (response_create) after speech + a short tail

@@ -1,6 +1,6 @@
 """The websockets server: routes, ``/health`` and ``/ready``, start/stop and ``run``.
 
-Routes follow vLLM-Omni (protocol.md §1.1): ``/v1/realtime`` and its alias ``/v1/duplex`` speak
+Routes follow vLLM-Omni (docs/protocol.md §1.1): ``/v1/realtime`` and its alias ``/v1/duplex`` speak
 the duplex protocol; ``/health`` answers like 0.30.0; ``/ready`` is answered too because
 other versions (and orchestrators) probe it. ``max_size`` is the ASGI server's 16 MiB message
 limit: a larger frame is closed with 1009 by the websocket layer before the handler sees it,
@@ -136,7 +136,7 @@ def run(config: ServerConfig) -> None:
     """Serve until Ctrl-C / SIGTERM (blocking); every session is closed on the way out."""
     main: Awaitable[None] = _serve_until_signal(config)
     try:
-        import uvloop  # optional: ~20 % less CPU and ms-level round trips (testing.md)
+        import uvloop  # optional: ~20 % less CPU and ms-level round trips (docs/testing.md)
     except ImportError:
         runner: Any = asyncio.run
     else:

@@ -1,7 +1,7 @@
 """Settings of the reference server, one dataclass shared by the CLI, the transport, the
 session engine and the simulated model.
 
-Defaults follow vLLM-Omni 0.30.0's ``DuplexSessionRuntimeConfig`` (protocol.md §6.6) except
+Defaults follow vLLM-Omni 0.30.0's ``DuplexSessionRuntimeConfig`` (docs/protocol.md §6.6) except
 ``max_sessions`` (4, MiniCPM-o's deploy profile) and the model-native lane's 1000 ms unit.
 """
 
@@ -50,7 +50,7 @@ class ServerConfig:
     # auto_response); "native" = MiniCPM-o-like model-native plugin (accepts both lanes)
     model_profile: Literal["native", "turn"] = "native"
 
-    # admission and lifecycle (protocol.md §6.6-6.8)
+    # admission and lifecycle (docs/protocol.md §6.6-6.8)
     max_sessions: int = 4
     disconnect_grace_s: float = 30.0
     idle_ttl_s: float | None = 300.0
@@ -67,7 +67,7 @@ class ServerConfig:
     # items created by conversation.item.create, encoded (input_backpressure above this)
     max_history_bytes: int = 16 * MiB
 
-    # simulated model (design.md: honest about time)
+    # simulated model (docs/architecture.md: honest about time)
     voice: Literal["tone", "echo"] = "tone"
     reply_seconds: float = 2.0
     ttfa_ms: float = 300.0

@@ -1,6 +1,6 @@
 """The reference server in-process, for commands run without ``--url``.
 
-design.md: "when no URL is given, the command starts the reference server in-process on a free
+docs/architecture.md: "when no URL is given, the command starts the reference server in-process on a free
 loopback port" — so every command works on a fresh machine with nothing else running.
 """
 

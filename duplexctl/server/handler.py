@@ -1,7 +1,7 @@
 """One websocket connection: handshake, read loop, frame checks, and the ordered send queue.
 
 Everything a client can get wrong *before* the engine sees an event is answered here, with
-the codes, messages and (missing) ``event_id`` echoes of vLLM-Omni 0.30.0 (protocol.md §1.3,
+the codes, messages and (missing) ``event_id`` echoes of vLLM-Omni 0.30.0 (docs/protocol.md §1.3,
 §1.4, wire/README.md ``bad_input``/``open_rejected``). These transport errors are written
 straight to the socket, unsequenced, so — as on the real server — they may overtake session
 events caused by earlier frames.
@@ -91,7 +91,7 @@ class Connection:
         """Queue one frame. A client that stops reading would make the queue grow for as
         long as its session produces output; past ``max_send_backlog_bytes`` the connection
         is dropped instead (the client sees 1006) and the session waits in its disconnect
-        grace, journaling, as after any drop (protocol.md §6.6)."""
+        grace, journaling, as after any drop (docs/protocol.md §6.6)."""
         if not self._accepting:
             return
         self._backlog += len(frame)
@@ -234,7 +234,7 @@ class ConnectionHandler:
         query = _query(self.ws)
         duplex = query.get("duplex")
         if duplex is not None and duplex.strip().lower() not in DUPLEX_ON:
-            # route-level refusal (protocol.md §1.6): flat shape, close 1000, empty reason
+            # route-level refusal (docs/protocol.md §1.6): flat shape, close 1000, empty reason
             self.conn.send_event(flat_error("unsupported", "Realtime API is not available"))
             self.conn.close(1000, "")
             return
@@ -438,7 +438,7 @@ class ConnectionHandler:
                     raw = await self.ws.recv()
             except TimeoutError:
                 # silence for the session's receive timeout: a disconnect, no event, no close
-                # frame (protocol.md §6.8); the session goes into its grace
+                # frame (docs/protocol.md §6.8); the session goes into its grace
                 self.conn.abort_now()
                 managed.detach(self.conn)
                 return
@@ -476,7 +476,7 @@ class ConnectionHandler:
         if canonical != etype:
             event = {**event, "type": canonical}
             if etype == "input.commit" and not {"response_create", "create_response"} & set(event):
-                # the alias answers the turn by default (protocol.md §3.2); the canonical
+                # the alias answers the turn by default (docs/protocol.md §3.2); the canonical
                 # commit does not, so the default must be made explicit before renaming
                 event["response_create"] = True
         engine = managed.engine

@@ -1,7 +1,7 @@
 """Per-session replay journal: sequence numbers, TTL, byte cap, acknowledgements.
 
 Pure (no I/O, injectable clock) so its rules are unit-tested without sockets. The rules are
-those of vLLM-Omni 0.30.0 (protocol.md §6.6):
+those of vLLM-Omni 0.30.0 (docs/protocol.md §6.6):
 
 * every journaled event is stamped ``server_event_seq`` = 1, 2, 3, … and kept as the exact
   compact JSON that goes on the wire, so a replay resends byte-identical frames (original

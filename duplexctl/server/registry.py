@@ -194,7 +194,7 @@ class ManagedSession:
             self.registry.spawn(self._end("close", "disconnect"))
 
     def resume(self, conn: Attachment, token: str, last_seq: int) -> None:
-        """Checks 2-5 of protocol.md §6.6, then activation; raises ProtocolError / ResumeGap.
+        """Checks 2-5 of docs/protocol.md §6.6, then activation; raises ProtocolError / ResumeGap.
 
         Every check happens before anything changes, so a refused attempt leaves the session
         and its token as they were.
@@ -369,7 +369,7 @@ class Registry:
                 log.exception("reaper tick failed")
 
     def reap(self) -> None:
-        """One reaper tick: disconnect grace and idle TTL (protocol.md §6.6, §6.8)."""
+        """One reaper tick: disconnect grace and idle TTL (docs/protocol.md §6.6, §6.8)."""
         now = self.clock()
         idle_ttl = self.config.idle_ttl_s
         for managed in list(self._sessions.values()):

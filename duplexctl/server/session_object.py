@@ -1,6 +1,6 @@
 """The session object: validation at open and at later updates, normalisation, echo rules.
 
-protocol.md §3.1, §4.3 and §6.2 describe one object checked at two moments with different
+docs/protocol.md §3.1, §4.3 and §6.2 describe one object checked at two moments with different
 codes: at open every problem in the object is ``invalid_session_config`` (the connection then
 ends), while a later ``session.update`` is checked first by the translator (unsequenced
 ``unsupported_audio_format`` / ``unsupported_turn_detection``) and then by the session

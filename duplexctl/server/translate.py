@@ -1,7 +1,7 @@
-"""Wire event → validated command, the translator of protocol.md §3.
+"""Wire event → validated command, the translator of docs/protocol.md §3.
 
 Rejections raised here are the *translator-level* ones: the transport writes them straight to
-the socket, unsequenced, echoing the client ``event_id`` (protocol.md §2, wire README
+the socket, unsequenced, echoing the client ``event_id`` (docs/protocol.md §2, wire README
 "Sequenced vs. unsequenced errors"). Everything that 0.30.0 rejects later, inside the
 session, is left for the engine, which answers with sequenced errors. Keeping the split here
 means the engine never has to guess which path an error takes.

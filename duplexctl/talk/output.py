@@ -3,7 +3,7 @@
 Two implementations of one small interface, because the rest of the loop must not care:
 
 * :class:`DeviceOutput` — a real speaker (``duplexctl.audio.devices.Speaker``). The output
-  device drives the playback clock (metrics.md): ``played_ms`` is what reached the DAC,
+  device drives the playback clock (docs/metrics.md): ``played_ms`` is what reached the DAC,
   never what was received or enqueued, and a flush aborts the stream so sound stops at once.
 * :class:`SimulatedOutput` — ``--output-device none``: no sound card, the simulated jitter
   buffer of ``audio/playback.py`` (P0 = first receive + prebuffer, real time). Lets ``talk``

@@ -1,6 +1,6 @@
 """What ``talk`` shows: a rich live view on a terminal, plain lines otherwise.
 
-design.md: "Rich progress and live tables on a terminal; plain log lines when stdout is not
+docs/architecture.md: "Rich progress and live tables on a terminal; plain log lines when stdout is not
 a TTY". The live loop reports through the small :class:`View` interface and never formats
 anything itself, so the two renderings stay interchangeable (and tests read plain lines).
 
@@ -16,7 +16,7 @@ from typing import Any, Protocol, TextIO
 
 from duplexctl.report.turns import TurnRecord
 
-# figures shown per turn, in order (metrics.md names)
+# figures shown per turn, in order (docs/metrics.md names)
 TURN_FIGURES = (
     "ttfa_ms",
     "first_audible_ms",

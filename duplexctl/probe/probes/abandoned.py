@@ -53,7 +53,7 @@ async def abandoned_handshake(ctx: ProbeContext) -> str:
     ever resume or close that session. A server that treats it as an ordinary disconnect
     keeps it in disconnect grace, holding an admission slot for the whole grace (30 s by
     default) — a burst of impatient clients (load balancer retries, timeouts) then locks
-    everyone out (protocol.md §6.6 "If session.created was never delivered", §6.7). The probe
+    everyone out (docs/protocol.md §6.6 "If session.created was never delivered", §6.7). The probe
     fills all but one slot, abandons a handshake in the last one (session.update, then TCP
     abort), and measures how long until a new session is admitted there; more than
     ``RELEASE_BOUND_S`` fails. Needs the limit (``--max-sessions``, or learned from a

@@ -129,7 +129,7 @@ async def wait_admitted(
 
 
 def rejection_problems(a: OpenAttempt, limit: int) -> list[str]:
-    """What is wrong with a capacity rejection's shape (protocol.md §6.7, §7.6)."""
+    """What is wrong with a capacity rejection's shape (docs/protocol.md §6.7, §7.6)."""
     err, frame = a.error, a.frame or {}
     if err is None:
         return ["no rejection error at all (the connection just ended)"]
@@ -161,7 +161,7 @@ async def admission(ctx: ProbeContext) -> str:
     the check is a double-booked GPU; rejecting below N wastes capacity), the rejections must
     be ``rate_limit_error/resource_exhausted`` with ``duplex_session_capacity_exhausted:
     limit=N`` (clients and load tools parse it), and a clean ``session.close`` must free the
-    slot at once: a waiting client is admitted within a second (protocol.md §6.7).
+    slot at once: a waiting client is admitted within a second (docs/protocol.md §6.7).
     """
     limit = await learn_limit(ctx)
     source = ctx.facts.limit_source

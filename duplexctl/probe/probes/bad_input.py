@@ -14,7 +14,7 @@ from duplexctl.units import MiB
 
 # Just over vLLM-Omni's 15 MiB event limit and under the 16 MiB websocket message limit, so
 # the server's own check (event_too_large, socket stays open) answers, not the websocket
-# layer (close 1009) — protocol.md §1.3, wire README "frame-size ladder".
+# layer (close 1009) — docs/protocol.md §1.3, wire README "frame-size ladder".
 _OVERSIZE_BYTES = 15 * MiB + 512 * 1024
 
 
@@ -62,7 +62,7 @@ async def bad_input(ctx: ProbeContext) -> str:
     """Bad input that kills or wedges the session instead of being answered with an error.
 
     Invalid JSON, an unknown event type, an oversize frame and undecodable audio must each
-    get their documented error code while the session stays usable (protocol.md §4.4: errors
+    get their documented error code while the session stays usable (docs/protocol.md §4.4: errors
     do not close the socket after the handshake) — a server that drops the socket, closes
     the session or stops answering on one bad frame turns any client bug into an outage.
     After every bad frame the probe sends ``session.heartbeat`` and requires its ack.

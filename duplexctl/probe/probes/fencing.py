@@ -23,7 +23,7 @@ _DELTAS = frozenset({names.AUDIO_DELTA, names.TRANSCRIPT_DELTA, names.TEXT_DELTA
 async def epoch_fencing(ctx: ProbeContext) -> str:
     """Audio of a cancelled response that keeps coming after its response.done.
 
-    Cancellation is atomic at the session (protocol.md §6.4): once the epoch advanced and
+    Cancellation is atomic at the session (docs/protocol.md §6.4): once the epoch advanced and
     ``response.done`` went out, no delta of the old response or epoch may follow — a client
     that already flushed its speaker would otherwise play stale speech over the next turn.
     Each round interrupts a reply (``response.cancel`` at ``response.created`` and at the

@@ -26,7 +26,7 @@ async def handshake(ctx: ProbeContext) -> str:
     never replay it) for the session id, the resume token and the capabilities it must branch
     on; ``session.updated`` must follow as journal entry 1, and a clean ``session.close`` must
     end with ``session.closed`` as the last event and a close frame — otherwise clients and
-    dashboards mis-count sessions (protocol.md §1.4, §4.1, §6.8).
+    dashboards mis-count sessions (docs/protocol.md §1.4, §4.1, §6.8).
     """
     raw = await ctx.raw("h")
     problems: list[str] = []

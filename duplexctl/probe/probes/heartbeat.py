@@ -22,7 +22,7 @@ async def heartbeat(ctx: ProbeContext) -> str:
     A client that is listening, not talking, sends nothing but ``session.heartbeat``; the
     server's receive timeout (the session's ``idle_timeout_s``) must count heartbeats as
     activity, or every pause in a conversation longer than the timeout kills the session
-    (protocol.md §6.8). The probe opens with ``idle_timeout_s`` = 2, sends only heartbeats
+    (docs/protocol.md §6.8). The probe opens with ``idle_timeout_s`` = 2, sends only heartbeats
     for 5 s (each must be acked, the socket must stay up), then goes silent: the server must
     now drop the socket within the timeout (+3 s) — proof that the timeout was real and the
     heartbeats are what kept the session. The dropped session is then resumed and closed.

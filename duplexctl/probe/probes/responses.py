@@ -90,7 +90,7 @@ async def _turn_case(
 
 async def _native_case(ctx: ProbeContext, problems: list[str]) -> str:
     """Model-native lane with unit-aligned appends (the first unit closes at 1030 ms, then
-    every 1000 ms — MiniCPM-o, protocol.md §5), paced in real time. Any append the server
+    every 1000 ms — MiniCPM-o, docs/protocol.md §5), paced in real time. Any append the server
     fails (``runtime_append_*``) while a response it created is open must still end that
     response; on a healthy server this just checks the native lane's responses end."""
     settings = replace(ctx.settings(), auto_response=True)
@@ -128,7 +128,7 @@ async def responses(ctx: ProbeContext) -> str:
     slot until the session dies. Checked for a completed reply, a ``response.cancel``, a
     ``barge_in`` (when supported) and the model-native lane, where an append that fails
     inside the server (``runtime_append_failed``) must still end the response it created
-    with a failed ``response.done`` (metrics.md invariants; protocol.md §4.2).
+    with a failed ``response.done`` (docs/metrics.md invariants; docs/protocol.md §4.2).
     """
     problems: list[str] = []
     outcomes = [

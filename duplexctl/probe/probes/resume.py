@@ -28,7 +28,7 @@ async def resume_replay(ctx: ProbeContext) -> str:
     exactly once: resuming with the last processed ``server_event_seq`` must replay from the
     next seq, in order, with no gap (lost audio, a lost ``response.done`` → a hung turn) and
     nothing at or below it (double-played audio), then continue live; the token must rotate
-    and ``attachment_generation`` grow (protocol.md §6.6, §7.5). The probe drops TCP at the
+    and ``attachment_generation`` grow (docs/protocol.md §6.6, §7.5). The probe drops TCP at the
     first audio delta of a reply and resumes ``DROP_FOR_S`` later, while the reply goes on.
     """
     ctx.require("supports_session_resume")
@@ -104,7 +104,7 @@ async def resume_after_grace(ctx: ProbeContext) -> str:
 
     After a drop the server keeps the session for ``disconnect_grace_s`` and then must end it;
     a resume after that must get ``session_resume_expired``. A server that keeps dropped
-    sessions past their grace leaks admission slots to every client that crashed (protocol.md
+    sessions past their grace leaks admission slots to every client that crashed (docs/protocol.md
     §6.6, wire resume_expired). Needs the server's grace (``--disconnect-grace-s``, known for
     the embedded server) and waits grace + ``EXPIRY_MARGIN_S``.
     """
@@ -153,7 +153,7 @@ async def journal_gap(ctx: ProbeContext) -> str:
     what it acked asks for events that no longer exist. The server must answer
     ``session.resync_required{reason: journal_gap}`` instead of replaying with a hole, and the
     refusal must not consume the session or its token: a resume at the acked seq still works
-    (protocol.md §6.6, wire journal_gap).
+    (docs/protocol.md §6.6, wire journal_gap).
     """
     ctx.require("supports_session_resume")
     a = await ctx.raw_session("j")
@@ -210,7 +210,7 @@ async def takeover(ctx: ProbeContext) -> str:
     A resume while the old socket is still open (a client that reconnected before noticing
     the old connection died) must detach the old socket with ``session.replaced`` and close
     it, so events are not split between two readers; the old token must stop working
-    (protocol.md §6.6, wire resume_takeover).
+    (docs/protocol.md §6.6, wire resume_takeover).
     """
     ctx.require("supports_session_resume")
     a = await ctx.raw_session("t")
