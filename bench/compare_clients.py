@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.procstat import cpu_seconds  # noqa: E402
+from bench.procstat import cpu_seconds, descendants  # noqa: E402
 from bench.serve_capacity import free_port, wait_healthy  # noqa: E402
 
 HELD_LAG_MS = 10.0
@@ -110,24 +110,12 @@ def load_turns(duration: float) -> list[str]:
 
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of ``pid`` and every live descendant (a client may fork workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
+    total = 0.0
+    for p in (pid, *descendants(pid)):
         try:
             total += cpu_seconds(p)
         except (OSError, IndexError, ValueError):
-            continue
-        todo.extend(children.get(p, []))
+            continue  # gone meanwhile
     return total
 
 
