@@ -217,7 +217,7 @@ def test_find_capacity_finds_the_gpu_knee() -> None:
         )
     )  # fmt: skip
     cap = result.report["capacity_search"]
-    assert cap["largest_pass"] is not None
+    assert cap["largest_pass"] is not None and result.exit_code == 0
     assert 0.6 * n_star <= cap["largest_pass"] <= 1.5 * n_star, cap["steps"]
     assert cap["first_fail"] is not None and cap["first_fail"] > cap["largest_pass"]
     assert "ttfa_commit_p95" in cap["fail_reason"]
@@ -225,6 +225,24 @@ def test_find_capacity_finds_the_gpu_knee() -> None:
     release = result.report["slot_release"]
     assert release["clean_close"]["slot_release_ms"] < 1000
     assert 1500 <= release["abrupt_drop"]["slot_release_ms"] <= 10_000  # grace 2 s
+
+
+def test_a_capacity_search_that_finds_no_capacity_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    """No level can meet a 1 ms time to first audio against a 300 ms model: the search has
+    no answer, and that is a failed check (exit 1), not a success with an empty result."""
+    result = run_load(
+        config(
+            find_capacity=True,
+            step_duration_s=4.0,
+            max_level=2,
+            slos=["ttfa_p95<=1ms"],
+            server={"max_sessions": 8, "disconnect_grace_s": 1.0},
+        )
+    )
+    cap = result.report["capacity_search"]
+    assert cap["largest_pass"] is None and cap["first_fail"] is not None
+    assert result.exit_code == 1
+    assert "no level met the capacity criteria" in capsys.readouterr().err
 
 
 def test_ctrl_c_closes_sessions_and_writes_a_partial_report(tmp_path: Path) -> None:

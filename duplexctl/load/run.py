@@ -116,7 +116,8 @@ def never_admitted(report: dict[str, Any]) -> str | None:
 def finish(
     config: LoadConfig, report: dict[str, Any], interrupted: bool, out: Path | None
 ) -> RunResult:
-    """Judge the SLOs, write the files, print; exit code 130 / 3 / 1 / 0."""
+    """Judge the SLOs (or, for a capacity search, whether any level met its criteria), write
+    the files, print; exit code 130 / 3 / 1 / 0."""
     from duplexctl.report.slo import all_passed, evaluate, parse_slos
 
     slos = parse_slos(config.slos)
@@ -137,6 +138,15 @@ def finish(
         render_final(
             report, rich_table=Dashboard.choose(json_output=False, live=config.live) == "rich"
         )
+    cap = report.get("capacity_search")
+    if cap is not None and cap["largest_pass"] is None and not interrupted:
+        # the search's question has no answer: not even its lowest level met the criteria
+        print(
+            f"duplexctl: check failed: no level met the capacity criteria (first failure at "
+            f"{cap['first_fail']} {cap['unit']}: {cap['fail_reason'] or 'see the steps'})",
+            file=sys.stderr,
+        )
+        code = 1
     unreached = None if interrupted else never_admitted(report)
     if unreached is not None:
         print(f"duplexctl: error: {unreached}", file=sys.stderr)
