@@ -19,6 +19,7 @@ import pytest
 from load_support import (
     ROOT,
     SHORT,
+    background_ws_server,
     closed_port_url,
     drop_after_upgrade_server,
     duplexctl_cmd,
@@ -86,8 +87,8 @@ def test_never_admitted_exits_3_with_causes_and_fails_the_slo(
     assert report["scalars"]["failure_rate"] == 1.0
     assert report["scalars"]["capacity_rejection_rate"] == 0.0
     assert [s["passed"] for s in report["slo"]] == [False]
-    sessions = (tmp_path / "run" / "sessions.jsonl").read_text().splitlines()
-    assert {json.loads(line)["cause"] for line in sessions} == {cause}
+    sessions = [json.loads(line) for line in (tmp_path / "run" / "sessions.jsonl").open()]
+    assert {s["cause"] for s in sessions if s["admission"] != "unfinished"} == {cause}
 
 
 def test_causes_from_worker_processes_are_merged(tmp_path: Path) -> None:
@@ -99,3 +100,32 @@ def test_causes_from_worker_processes_are_merged(tmp_path: Path) -> None:
     assert admission["causes"] == {"closed_after_upgrade": admission["attempts"]}
     assert len(report["workers"]) == 2 and admission["attempts"] >= 2
     assert "closed_after_upgrade" in admission["cause_examples"]
+
+
+async def _never_created(conn: object) -> None:
+    await conn.wait_closed()  # type: ignore[attr-defined]  # upgrades, then says nothing
+
+
+def test_opens_the_stop_abandons_are_not_failed_attempts(tmp_path: Path) -> None:
+    """An open still waiting for ``session.created`` when the run stops got no answer either
+    way: it is counted apart ("unfinished"), never as a timed-out attempt, so it cannot raise
+    ``failure_rate`` at the end of a healthy run. A server where every open hangs still exits 3,
+    and says the attempts were still opening."""
+    with background_ws_server(_never_created) as url:
+        run = load(url, tmp_path / "run", "--workers", "1")  # 2 s run, 30 s open timeout
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    line = next(x for x in run.stderr.splitlines() if "no session was admitted" in x)
+    assert "still opening when the run stopped (handshake_timeout " in line
+    assert "still opening when the run stopped: " in run.stdout
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    admission = report["admission"]
+    assert admission["attempts"] == 0 and admission["causes"] == {}
+    assert admission["unfinished"]["count"] >= 2
+    assert admission["unfinished"]["causes"] == {
+        "handshake_timeout": admission["unfinished"]["count"]
+    }
+    assert "gave up after" in admission["unfinished"]["cause_examples"]["handshake_timeout"]
+    assert report["scalars"]["failure_rate"] is None
+    sessions = [json.loads(line) for line in (tmp_path / "run" / "sessions.jsonl").open()]
+    assert {s["admission"] for s in sessions} == {"unfinished"}

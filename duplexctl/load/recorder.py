@@ -27,7 +27,7 @@ from typing import IO, Any, Final
 import numpy as np
 
 from duplexctl.load.session import SessionRecord, Sink
-from duplexctl.report.slices import TimeSlicer, Windows
+from duplexctl.report.slices import UNFINISHED, TimeSlicer, Windows
 from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.units import NS_PER_MS, NS_PER_S
@@ -101,6 +101,12 @@ class Recorder(RunTally, Sink):
     def session_finished(self, record: SessionRecord) -> None:
         self.active -= 1
         t = self._clip(record.t_start)
+        if record.admission == UNFINISHED:  # the run stopped it: counted apart, not an attempt
+            cause = record.cause or UNFINISHED
+            self.unfinished[cause] += 1
+            self.cause_examples.setdefault(f"{UNFINISHED}:{cause}", record.end_reason)
+            self._write_session(record)
+            return
         self.admissions[record.admission] += 1
         self._slicer.add_admission(t, record.admission)
         if record.admission != "admitted":
@@ -134,6 +140,9 @@ class Recorder(RunTally, Sink):
             self._slicer.add_error(self._clip(record.t_end or t), sum(record.errors.values()))
         self.violations.update(record.violations)
         self.behaviours.update(record.behaviours)
+        self._write_session(record)
+
+    def _write_session(self, record: SessionRecord) -> None:
         if self._sessions_file is not None:
             self._sessions_file.write(json.dumps(record.to_json(self.origin)) + "\n")
 

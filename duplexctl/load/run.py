@@ -104,6 +104,14 @@ def never_admitted(report: dict[str, Any]) -> str | None:
     if any(step.get("admitted", step.get("by_kind", {}).get("admitted", 0)) for step in steps):
         return None
     a = report["admission"]
+    unfinished = a.get("unfinished") or {}
+    if not a["attempts"] and unfinished.get("count"):  # every open hung until the run stopped
+        causes = ", ".join(f"{c} {n}" for c, n in sorted(unfinished["causes"].items()))
+        first = next(iter(unfinished.get("cause_examples", {}).values()), "")
+        return (
+            f"no session was admitted: {unfinished['count']} attempts still opening when the "
+            f"run stopped ({causes})" + (f"; {first}" if first else "")
+        )
     if not a["attempts"]:
         return "no session was admitted: none was attempted"
     causes = ", ".join(f"{c} {n}" for c, n in sorted(a["causes"].items(), key=lambda kv: -kv[1]))

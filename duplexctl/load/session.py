@@ -41,6 +41,7 @@ from duplexctl.client.connection import ConnectionLost, DuplexConnection, OpenFa
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
 from duplexctl.protocol.client_state import Happening, SessionResumed
+from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import BargeIn, Cancel, Drop, Scenario, Step, Wait
@@ -61,9 +62,7 @@ class SessionRecord:
     worker: int
     index: int
     attempt: int
-    admission: str = (
-        "pending"  # admitted | rejected_capacity | rejected_other | transport_error | timeout
-    )
+    admission: str = "pending"  # admitted | rejected_capacity | rejected_other | transport_error | timeout  # or unfinished: still opening when the run stopped (not an attempt, see the recorder)
     # why it was not admitted (client.causes; client_error: an exception of the client itself),
     # None when admitted
     cause: str | None = None
@@ -278,7 +277,9 @@ class LoadSession:
             rec.end_reason = f"{type(exc).__name__}: {exc}"
             self.sink.session_finished(rec)
             return
-        rec.admission, rec.cause, rec.end_reason = exc.admission, str(exc.cause), str(exc)
+        # an open the run's stop abandoned got no answer either way: not a failed attempt
+        admission = UNFINISHED if exc.gave_up else exc.admission
+        rec.admission, rec.cause, rec.end_reason = admission, str(exc.cause), str(exc)
         if exc.error is not None:
             rec.code, rec.advertised_limit = exc.error.code, exc.error.advertised_limit
         rec.connect_ms, rec.time_to_reject_ms = exc.connect_ms, exc.time_to_reject_ms

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from duplexctl import __version__
+from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
 from duplexctl.report.tally import RunTally
@@ -81,6 +82,11 @@ def build_report(
     ``wall_s`` is then the runs' seconds added up.
     """
     headline = tally.headline()
+    prefix = f"{UNFINISHED}:"
+    examples = {c: m for c, m in tally.cause_examples.items() if not c.startswith(prefix)}
+    unfinished_examples = {
+        c.removeprefix(prefix): m for c, m in tally.cause_examples.items() if c.startswith(prefix)
+    }
     adm, counts, outcomes = tally.admissions, tally.counts, tally.outcomes
     attempts = sum(adm.values())
     not_admitted = attempts - adm["admitted"]
@@ -142,7 +148,13 @@ def build_report(
             "not_admitted": not_admitted,
             "failed": failed,
             "causes": dict(tally.causes),
-            "cause_examples": dict(tally.cause_examples),
+            "cause_examples": examples,
+            # opens the run's stop abandoned before any answer: not attempts, not in the rates
+            "unfinished": {
+                "count": sum(tally.unfinished.values()),
+                "causes": dict(tally.unfinished),
+                "cause_examples": unfinished_examples,
+            },
             "advertised_limit": advertised,
             "advertised_limits_seen": {str(k): v for k, v in limits.items()},
             "observed_capacity": observed,
@@ -424,6 +436,13 @@ def admission_lines(a: Mapping[str, Any]) -> list[str]:
         lines.append(f"not admitted: {a['not_admitted']} of {a['attempts']} attempts: {counted}")
         for cause, example in sorted((a.get("cause_examples") or {}).items()):
             lines.append(f"  {cause}: {example}")
+    unfinished = a.get("unfinished") or {}
+    if unfinished.get("count"):
+        counted = ", ".join(f"{c} {n}" for c, n in sorted(unfinished["causes"].items()))
+        lines.append(
+            f"still opening when the run stopped: {unfinished['count']} ({counted}); "
+            "not counted as attempts"
+        )
     coded = {k: n for k, n in a["by_code"].items() if not k.endswith(":-")}
     if coded:
         lines.append("rejections: " + ", ".join(f"{k} {n}" for k, n in coded.items()))

@@ -30,6 +30,8 @@ from duplexctl.report.histogram import HistogramSet
 PHASES: tuple[str, ...] = ("warmup", "ramp", "steady")
 ADMITTED = "admitted"
 REJECTED_CAPACITY = "rejected_capacity"
+#: an open still waiting when the run stopped: no answer either way, so not an attempt
+UNFINISHED = "unfinished"
 
 
 @dataclass(frozen=True, slots=True)

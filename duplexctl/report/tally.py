@@ -43,6 +43,9 @@ class RunTally:
         #: attempts not admitted, by cause (duplexctl.client.causes), and one message for each
         self.causes: Counter[str] = Counter()
         self.cause_examples: dict[str, str] = {}
+        #: opens still waiting when the run stopped, by cause: no answer yet, so not attempts
+        #: (their example messages are under "unfinished:<cause>" in cause_examples)
+        self.unfinished: Counter[str] = Counter()
         self.advertised_limits: Counter[int] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -77,6 +80,7 @@ class RunTally:
             "codes": dict(self.codes),
             "causes": dict(self.causes),
             "cause_examples": dict(self.cause_examples),
+            "unfinished": dict(self.unfinished),
             "advertised_limits": {str(k): v for k, v in self.advertised_limits.items()},
             "outcomes": dict(self.outcomes),
             "errors": dict(self.errors),
@@ -102,6 +106,7 @@ class RunTally:
         self.causes.update(data.get("causes", {}))  # absent from reports before causes
         for cause, example in data.get("cause_examples", {}).items():
             self.cause_examples.setdefault(cause, example)
+        self.unfinished.update(data.get("unfinished", {}))  # absent from earlier reports
         self.advertised_limits.update({int(k): v for k, v in data["advertised_limits"].items()})
         self.outcomes.update(data["outcomes"])
         self.errors.update(data["errors"])
