@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from duplexctl.report.histogram import (
     RATIO_SCALE,
     HistogramSet,
     LatencyHistogram,
+    SparseCounts,
     scale_for,
 )
 
@@ -236,3 +238,29 @@ def test_decode_rebuckets_a_foreign_hdr_layout() -> None:
     assert hist.count == 4
     assert hist.percentile(50) == pytest.approx(250.0, rel=0.01)
     assert hist.max == pytest.approx(3000.0, rel=0.01)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.integers(0, 23_551), st.integers(1, 2**40)),  # one record
+            st.lists(st.integers(0, 23_551), max_size=400),  # a batch (repeats allowed)
+        ),
+        max_size=40,
+    )
+)
+def test_sparse_counts_equal_a_counter_whatever_the_order_of_adds(ops: list[object]) -> None:
+    """Single records wait in a dict and batches join the sorted arrays directly; every
+    mix of the two, folded at any point, is exactly a Counter of what was added."""
+    counts, reference = SparseCounts(), Counter[int]()
+    for op in ops:
+        if isinstance(op, tuple):
+            counts.add(*op)
+            reference[op[0]] += op[1]
+        else:
+            counts.add_all(SparseCounts.of(np.array(op, dtype=np.int64)))
+            reference.update(op)
+    indices, n = counts.arrays()
+    assert list(zip(indices.tolist(), n.tolist(), strict=True)) == sorted(reference.items())
+    assert counts.total() == sum(reference.values())
