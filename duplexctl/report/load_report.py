@@ -199,6 +199,7 @@ def build_report(
         "scalars": scalars,
         "figures": figures,
         "slices": [sl.to_dict() for sl in tally.slicer.slices()],
+        "slicing": tally.slicer.describe(),
         "workers": workers,
         "recorder": tally.encode(),
     }
@@ -375,6 +376,9 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             "invalid_pacing: the client's send lag p99 exceeded one chunk — "
             "the latency figures above are not trusted"
         )
+    slicing = report.get("slicing") or {}  # absent from reports before slices were capped
+    if slicing.get("note"):
+        lines.append(f"time slices: {slicing['note']}")
     cap = report.get("capacity_search")
     if cap:
         lines.extend(capacity_lines(cap))

@@ -117,5 +117,7 @@ class RunTally:
     def decode(cls, data: Mapping[str, Any]) -> RunTally:
         """The tally an :meth:`encode` output describes."""
         slicer = TimeSlicer.decode(data["slicer"])
-        tally = cls(origin=float(data["origin"]), slice_s=slicer.slice_s, windows=slicer.windows)
+        tally = cls(
+            origin=float(data["origin"]), slice_s=slicer.requested_s, windows=slicer.windows
+        )
         return tally.merge_encoded(data)
