@@ -251,11 +251,22 @@ def _buckets(counts: SparseCounts) -> list[tuple[int, int, int]]:
     return [(*_bounds(i), c) for i, c in _index_counts(counts)]
 
 
-def _to_hdr(counts: SparseCounts) -> HdrHistogram:
+def _blob(counts: SparseCounts) -> str:
+    """The HDR V2 compressed base64 of ``counts``."""
     hdr = _new_hdr()
-    for index, count in _index_counts(counts):
-        hdr.record_value(_bounds(index)[0], count)
-    return hdr
+    try:
+        for index, count in _index_counts(counts):
+            hdr.record_value(_bounds(index)[0], count)
+        return hdr.encode().decode("ascii")
+    finally:
+        _release(hdr)
+
+
+def _release(hdr: HdrHistogram) -> None:
+    """Free an hdrh histogram now. It and its encoder refer to each other, so its dense
+    counts array (~190 kB) waited for the cyclic garbage collector: encoding a run's
+    slices at its end left tens of MB of them behind (issue 16, item 5)."""
+    hdr.encoder = None
 
 
 def _index_counts(counts: SparseCounts) -> Iterator[tuple[int, int]]:
@@ -266,6 +277,13 @@ def _index_counts(counts: SparseCounts) -> Iterator[tuple[int, int]]:
 def _from_blob(blob: str) -> SparseCounts:
     """Counts of an HDR blob in our layout (re-bucketed by value if it used another one)."""
     decoded = HdrHistogram.decode(blob)
+    try:
+        return _counts_of(decoded)
+    finally:
+        _release(decoded)
+
+
+def _counts_of(decoded: HdrHistogram) -> SparseCounts:
     dense = np.ctypeslib.as_array(decoded.counts)
     found = np.flatnonzero(dense)
     same_layout = (
@@ -480,10 +498,10 @@ class LatencyHistogram:
         (in units of ``1/scale``). The scale is not inside the blob; ``HistogramSet.encode``
         stores it beside each one.
         """
-        pos = _to_hdr(self._pos).encode().decode("ascii")
+        pos = _blob(self._pos)
         if not self._neg:
             return pos
-        return pos + _NEG_SEPARATOR + _to_hdr(self._neg).encode().decode("ascii")
+        return pos + _NEG_SEPARATOR + _blob(self._neg)
 
     @classmethod
     def decode(cls, text: str, scale: int = MS_SCALE) -> LatencyHistogram:
