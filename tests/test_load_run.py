@@ -195,6 +195,36 @@ def test_workers_merge_exactly(tmp_path: Path) -> None:
     assert lags == sum(s["appends"] for s in sessions)
 
 
+def test_a_run_longer_than_the_slice_cap_doubles_its_slices_exactly(tmp_path: Path) -> None:
+    """4 s at --slice 0.01 is 400 slices, more than a run keeps (MAX_SLICES): each worker
+    doubles its slice length, the parent merges them (at the longer length if they
+    differ), and the report says which length it used and why. Nothing is lost: every
+    slice's turns and send lags add up to the run's."""
+    result = run_load(
+        config(
+            sessions=4,
+            duration_s=4.0,
+            workers=2,
+            slice_s=0.01,
+            out=str(tmp_path),
+            server={"max_sessions": 8},
+        )
+    )
+    r = result.report
+    slicing = r["slicing"]
+    assert slicing["requested_slice_s"] == 0.01 and slicing["doublings"] >= 2
+    assert slicing["slice_s"] == 0.01 * 2 ** slicing["doublings"]
+    assert "--slice 0.01 s doubled" in slicing["note"]
+    assert 0 < len(r["slices"]) <= slicing["max_slices"]
+    assert all(s["start_s"] == s["index"] * slicing["slice_s"] for s in r["slices"])
+    assert sum(s["turns"] for s in r["slices"]) == r["turns"]["count"] >= 4
+    sessions = [json.loads(x) for x in (tmp_path / "sessions.jsonl").read_text().splitlines()]
+    lags = sum(s["figures"].get("send_lag_ms", {}).get("n", 0) for s in r["slices"])
+    assert lags == sum(s["appends"] for s in sessions)
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["slicing"] == slicing
+
+
 def test_find_capacity_finds_the_gpu_knee() -> None:
     """The simulated GPU (1 slot, 100 ms per 200 ms output unit) saturates at N*:
 

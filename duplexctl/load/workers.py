@@ -4,7 +4,9 @@ The parent starts W processes (``spawn``), gives each its share of the load
 (:meth:`LoadConfig.share`), starts them together on one monotonic origin (CLOCK_MONOTONIC is
 system-wide on Linux, so their time slices line up) and merges their recorders exactly:
 histogram buckets are added, counts summed, session intervals pooled for the exact
-``observed_capacity`` sweep, JSONL parts concatenated. Workers send ``ready``, ``live``
+``observed_capacity`` sweep, JSONL parts concatenated. A worker whose run outgrew
+:data:`~duplexctl.report.slices.MAX_SLICES` slices doubled its slice length; workers that
+doubled a different number of times merge at the longest length, exactly. Workers send ``ready``, ``live``
 snapshots and ``done`` (or ``error``) on one queue; the parent forwards Ctrl-C to them.
 
 Workers die with their parent: each holds a :class:`~duplexctl.load.lifeline.Lifeline`, and

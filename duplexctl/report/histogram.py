@@ -101,45 +101,205 @@ def _bounds(index: int) -> tuple[int, int]:
     return low, _LAYOUT.get_highest_equivalent_value(low)
 
 
-Counts = dict[int, int]  # HDR counts index -> count, only non-empty buckets
+#: Counts indices fit in 32 bits (the layout has ``_LAYOUT.counts_len`` of them); counts
+#: get 64 bits, so no bucket of any run overflows.
+_INDEX_DTYPE: Final = np.int32
+_COUNT_DTYPE: Final = np.int64
 
 
-def _buckets(counts: Counts) -> list[tuple[int, int, int]]:
+def _frozen(dtype: Any) -> np.ndarray:
+    empty = np.zeros(0, dtype=dtype)
+    empty.flags.writeable = False
+    return empty
+
+
+_NO_INDICES: Final = _frozen(_INDEX_DTYPE)
+_NO_COUNTS: Final = _frozen(_COUNT_DTYPE)
+
+#: Single records wait in a dict (fast to add to) until this many distinct buckets are
+#: pending; then, or when the histogram is read or compacted, they join the arrays.
+PENDING_MAX: Final = 256
+
+
+def _summed(indices: np.ndarray, counts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct indices and the sum of the counts of each (exact integer sums);
+    ``counts`` None: each index counts once."""
+    if indices.size == 0:
+        return _NO_INDICES, _NO_COUNTS
+    if counts is None:
+        found, n = np.unique(indices, return_counts=True)
+        return found.astype(_INDEX_DTYPE), n.astype(_COUNT_DTYPE, copy=False)
+    order = np.argsort(indices, kind="stable")
+    indices, counts = indices[order], counts[order]
+    starts = np.flatnonzero(np.r_[True, indices[1:] != indices[:-1]])
+    summed = np.add.reduceat(counts, starts)
+    return indices[starts].astype(_INDEX_DTYPE), summed.astype(_COUNT_DTYPE, copy=False)
+
+
+def _joined(
+    indices: np.ndarray, counts: np.ndarray, more: np.ndarray, more_counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two sorted, distinct (indices, counts) pairs added: counts of shared indices summed,
+    the others inserted in order (no sort of the whole: a send-lag fold adds a few hundred
+    buckets to a slice's thousand or more, every second)."""
+    at = np.searchsorted(indices, more)
+    shared = at < indices.size
+    shared[shared] = indices[at[shared]] == more[shared]
+    summed = counts.copy()
+    summed[at[shared]] += more_counts[shared]  # distinct indices: distinct positions
+    new = ~shared
+    if not new.any():
+        return indices, summed
+    return (
+        np.insert(indices, at[new], more[new]),
+        np.insert(summed, at[new], more_counts[new]),
+    )
+
+
+class SparseCounts:
+    """HDR counts index → count for the non-empty buckets of one sign.
+
+    Why not a plain dict: a load run keeps a histogram per metric per time slice, and a
+    slice's send-lag histogram alone has ~1,500 non-empty buckets. As a dict of Python ints
+    that is ~110 bytes a bucket (hash slot, key and count objects): the per-slice
+    histograms were a load worker's whole memory growth (issue 16, item 5). Here the buckets
+    are two sorted numpy arrays, 12 bytes a bucket. Single records (a turn's figures, one
+    loop-lag sample) go first into a small dict, cheap to add to, folded into the arrays
+    when it holds :data:`PENDING_MAX` buckets, when read, and when the time slicer closes
+    the slice (:meth:`compact`).
+
+    The arrays are never written in place (every change builds new ones), so copies share
+    them.
+    """
+
+    __slots__ = ("_counts", "_indices", "_pending")
+
+    def __init__(self, indices: np.ndarray = _NO_INDICES, counts: np.ndarray = _NO_COUNTS) -> None:
+        self._indices = indices
+        self._counts = counts
+        self._pending: dict[int, int] | None = None
+
+    @classmethod
+    def of(cls, indices: np.ndarray, counts: np.ndarray | None = None) -> SparseCounts:
+        """Counts of ``indices`` (in any order, repeats allowed; each counted once, or
+        ``counts[i]`` times)."""
+        indices = np.asarray(indices)
+        if counts is not None:
+            counts = np.asarray(counts, dtype=_COUNT_DTYPE)
+        return cls(*_summed(indices, counts))
+
+    def add(self, index: int, count: int = 1) -> None:
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = {}
+        pending[index] = pending.get(index, 0) + count
+        if len(pending) > PENDING_MAX:
+            self.compact()
+
+    def add_all(self, other: SparseCounts) -> None:
+        """Add every count of ``other`` (exact)."""
+        indices, counts = other.arrays()
+        if indices.size:
+            self._join(indices, counts)
+
+    def _join(self, indices: np.ndarray, counts: np.ndarray) -> None:
+        if self._indices.size == 0:
+            self._indices, self._counts = indices, counts  # already sorted and distinct
+            return
+        self._indices, self._counts = _joined(self._indices, self._counts, indices, counts)
+
+    def compact(self) -> None:
+        """Fold the pending single records into the arrays."""
+        pending = self._pending
+        if pending is None:
+            return
+        self._pending = None
+        n = len(pending)
+        added = SparseCounts.of(
+            np.fromiter(pending.keys(), dtype=_INDEX_DTYPE, count=n),
+            np.fromiter(pending.values(), dtype=_COUNT_DTYPE, count=n),
+        )
+        self.add_all(added)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted distinct counts indices, their counts), read-only views."""
+        self.compact()
+        return self._indices, self._counts
+
+    def total(self) -> int:
+        return int(self.arrays()[1].sum())
+
+    def __bool__(self) -> bool:
+        return bool(self._pending) or self._indices.size > 0
+
+    def copy(self) -> SparseCounts:
+        indices, counts = self.arrays()
+        return SparseCounts(indices, counts)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SparseCounts):
+            return NotImplemented
+        a, b = self.arrays(), other.arrays()
+        return np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+
+def _buckets(counts: SparseCounts) -> list[tuple[int, int, int]]:
     """(lowest, highest, count) of every non-empty bucket, ascending (the HDR counts index
     is monotone in the value)."""
-    return [(*_bounds(i), counts[i]) for i in sorted(counts)]
+    return [(*_bounds(i), c) for i, c in _index_counts(counts)]
 
 
-def _to_hdr(counts: Counts) -> HdrHistogram:
+def _blob(counts: SparseCounts) -> str:
+    """The HDR V2 compressed base64 of ``counts``."""
     hdr = _new_hdr()
-    for index, count in counts.items():
-        hdr.record_value(_bounds(index)[0], count)
-    return hdr
+    try:
+        for index, count in _index_counts(counts):
+            hdr.record_value(_bounds(index)[0], count)
+        return hdr.encode().decode("ascii")
+    finally:
+        _release(hdr)
 
 
-def _from_blob(blob: str) -> Counts:
+def _release(hdr: HdrHistogram) -> None:
+    """Free an hdrh histogram now. It and its encoder refer to each other, so its dense
+    counts array (~190 kB) waited for the cyclic garbage collector: encoding a run's
+    slices at its end left tens of MB of them behind (issue 16, item 5)."""
+    hdr.encoder = None
+
+
+def _index_counts(counts: SparseCounts) -> Iterator[tuple[int, int]]:
+    indices, n = counts.arrays()
+    return zip(indices.tolist(), n.tolist(), strict=True)
+
+
+def _from_blob(blob: str) -> SparseCounts:
     """Counts of an HDR blob in our layout (re-bucketed by value if it used another one)."""
     decoded = HdrHistogram.decode(blob)
+    try:
+        return _counts_of(decoded)
+    finally:
+        _release(decoded)
+
+
+def _counts_of(decoded: HdrHistogram) -> SparseCounts:
     dense = np.ctypeslib.as_array(decoded.counts)
+    found = np.flatnonzero(dense)
     same_layout = (
         decoded.lowest_trackable_value == LOWEST_TRACKABLE
         and decoded.highest_trackable_value == HIGHEST_TRACKABLE
         and decoded.significant_figures == SIGNIFICANT_DIGITS
     )
-    counts: Counts = {}
-    for index in np.flatnonzero(dense):
-        if same_layout:
-            ours = int(index)
-        else:
-            value = min(decoded.get_value_from_index(int(index)), HIGHEST_TRACKABLE)
-            ours = _LAYOUT.get_counts_array_index(value)
-        counts[ours] = counts.get(ours, 0) + int(dense[index])
-    return counts
-
-
-def _add(into: Counts, other: Counts) -> None:
-    for index, count in other.items():
-        into[index] = into.get(index, 0) + count
+    if same_layout:
+        ours = found
+    else:
+        values = (decoded.get_value_from_index(int(i)) for i in found)
+        ours = np.array(
+            [_LAYOUT.get_counts_array_index(min(v, HIGHEST_TRACKABLE)) for v in values],
+            dtype=np.int64,
+        )
+    return SparseCounts.of(ours, dense[found])
 
 
 class LatencyHistogram:
@@ -149,9 +309,9 @@ class LatencyHistogram:
     Two histograms merge only if their scales agree.
 
     Storage is sparse: HDR's bucket layout and wire encoding (hdrh), but only non-empty
-    buckets are kept (a dict of counts index → count). A dense hdrh histogram over 1 µs ..
-    1 h holds 23,552 64-bit counters (~190 kB); a run with per-slice, per-metric histograms
-    would need gigabytes, while latencies occupy a few hundred buckets at most.
+    buckets are kept (:class:`SparseCounts`, 12 bytes a bucket). A dense hdrh histogram over
+    1 µs .. 1 h holds 23,552 64-bit counters (~190 kB); a run with per-slice, per-metric
+    histograms would need gigabytes, while a latency occupies a few thousand buckets at most.
     """
 
     __slots__ = ("_neg", "_pos", "scale")
@@ -160,8 +320,8 @@ class LatencyHistogram:
         if scale < 1:
             raise ValueError(f"histogram scale must be >= 1, got {scale}")
         self.scale = int(scale)
-        self._pos: Counts = {}
-        self._neg: Counts = {}
+        self._pos = SparseCounts()
+        self._neg = SparseCounts()
 
     # -- recording -----------------------------------------------------------------------
 
@@ -177,8 +337,7 @@ class LatencyHistogram:
             raise ValueError(f"count must be >= 1, got {count}")
         units = round(value * self.scale)
         counts = self._pos if units >= 0 else self._neg
-        index = counts_index(min(abs(units), HIGHEST_TRACKABLE))
-        counts[index] = counts.get(index, 0) + count
+        counts.add(counts_index(min(abs(units), HIGHEST_TRACKABLE)), count)
 
     def record_many(self, values: Iterable[float]) -> None:
         for value in values:
@@ -201,20 +360,18 @@ class LatencyHistogram:
         negative = units < 0
         for counts, picked in ((self._pos, index[~negative]), (self._neg, index[negative])):
             if picked.size:
-                found, n = np.unique(picked, return_counts=True)
-                for i, c in zip(found.tolist(), n.tolist(), strict=True):
-                    counts[i] = counts.get(i, 0) + c
+                counts.add_all(SparseCounts.of(picked))
 
     # -- reading -------------------------------------------------------------------------
 
     @property
     def count(self) -> int:
-        return sum(self._pos.values()) + sum(self._neg.values())
+        return self._pos.total() + self._neg.total()
 
     @property
     def negative_count(self) -> int:
         """Samples below zero (for ``ttfa_ms``: early starts, docs/metrics.md)."""
-        return sum(self._neg.values())
+        return self._neg.total()
 
     def __len__(self) -> int:
         return self.count
@@ -263,10 +420,11 @@ class LatencyHistogram:
 
     @property
     def max(self) -> float | None:
-        if self._pos:
-            return _bounds(max(self._pos))[1] / self.scale
-        if self._neg:
-            return -_bounds(min(self._neg))[0] / self.scale
+        pos, neg = self._pos.arrays()[0], self._neg.arrays()[0]
+        if pos.size:
+            return _bounds(int(pos[-1]))[1] / self.scale
+        if neg.size:
+            return -_bounds(int(neg[0]))[0] / self.scale
         return None
 
     @property
@@ -307,15 +465,23 @@ class LatencyHistogram:
         """Add ``other``'s counts into this histogram (exact); returns ``self``."""
         if other.scale != self.scale:
             raise ValueError(f"cannot merge histograms of scale {self.scale} and {other.scale}")
-        _add(self._pos, other._pos)
-        _add(self._neg, other._neg)
+        self._pos.add_all(other._pos)
+        self._neg.add_all(other._neg)
         return self
+
+    def compact(self) -> None:
+        """Fold pending single records into the compact arrays (see :class:`SparseCounts`):
+        the time slicer does this when a slice is closed."""
+        self._pos.compact()
+        self._neg.compact()
 
     def __iadd__(self, other: LatencyHistogram) -> LatencyHistogram:
         return self.merge(other)
 
     def copy(self) -> LatencyHistogram:
-        return LatencyHistogram(self.scale).merge(self)
+        twin = LatencyHistogram(self.scale)
+        twin._pos, twin._neg = self._pos.copy(), self._neg.copy()
+        return twin
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LatencyHistogram):
@@ -332,10 +498,10 @@ class LatencyHistogram:
         (in units of ``1/scale``). The scale is not inside the blob; ``HistogramSet.encode``
         stores it beside each one.
         """
-        pos = _to_hdr(self._pos).encode().decode("ascii")
+        pos = _blob(self._pos)
         if not self._neg:
             return pos
-        return pos + _NEG_SEPARATOR + _to_hdr(self._neg).encode().decode("ascii")
+        return pos + _NEG_SEPARATOR + _blob(self._neg)
 
     @classmethod
     def decode(cls, text: str, scale: int = MS_SCALE) -> LatencyHistogram:
@@ -419,6 +585,11 @@ class HistogramSet:
 
     def copy(self) -> HistogramSet:
         return HistogramSet(self._scales).merge(self)
+
+    def compact(self) -> None:
+        """Every histogram's pending single records folded into its compact arrays."""
+        for hist in self._hists.values():
+            hist.compact()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HistogramSet):

@@ -4,7 +4,8 @@ The report is built by one function, :func:`build_report`, from the run's
 :class:`~duplexctl.report.tally.RunTally`; ``duplexctl report`` rebuilds it the same way
 after merging saved runs, so a merged report is exactly the report one run of the combined
 load would have written. It carries its own inputs (``recorder``: encoded histograms, counts,
-session intervals) for that. Both ``load`` and ``report`` import this module; it imports
+session intervals) for that, and says under ``slicing`` which slice length it used (a long
+run doubles ``--slice`` to keep at most :data:`~duplexctl.report.slices.MAX_SLICES`). Both ``load`` and ``report`` import this module; it imports
 neither (docs/architecture.md: imports run downward).
 
 Admission rates (docs/metrics.md "Session and admission"): every attempt ends admitted,
@@ -211,6 +212,7 @@ def build_report(
         "scalars": scalars,
         "figures": figures,
         "slices": [sl.to_dict() for sl in tally.slicer.slices()],
+        "slicing": tally.slicer.describe(),
         "workers": workers,
         "recorder": tally.encode(),
     }
@@ -387,6 +389,9 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             "invalid_pacing: the client's send lag p99 exceeded one chunk — "
             "the latency figures above are not trusted"
         )
+    slicing = report.get("slicing") or {}  # absent from reports before slices were capped
+    if slicing.get("note"):
+        lines.append(f"time slices: {slicing['note']}")
     cap = report.get("capacity_search")
     if cap:
         lines.extend(capacity_lines(cap))

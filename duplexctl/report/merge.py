@@ -13,8 +13,9 @@ Runs on several hosts against one server at the same time would need one clock t
 their session intervals; each host's monotonic clock has its own zero, so no merged peak is
 claimed for them either.
 
-Runs with different warm-up or slice lengths cannot be merged (their windows would not line
-up); that is one line and exit code 2.
+Runs with different warm-up, or slice lengths not a power of two apart, cannot be merged
+(their windows would not line up); that is one line and exit code 2. Slice lengths a power
+of two apart merge at the longer one (docs/metrics.md "Statistics").
 """
 
 from __future__ import annotations

@@ -13,6 +13,16 @@ with slice boundaries, so phases keep their own histograms.
 
 Times are seconds on the run's clock; ``origin`` (the run start) is subtracted. Every worker
 process must use the same origin for their slicers to merge.
+
+A run of any length keeps at most :data:`MAX_SLICES` slices. Each slice costs memory (a
+histogram per metric: ~30 kB, most of it the send lag's), so a slicer that kept every
+10-second slice grew by ~1 MB a minute for as long as the run lasted (issue 16, item 5).
+When a record falls beyond the last slice the cap allows, adjacent slices are merged
+pairwise and the slice length doubles: exact (histograms and counts add, and a record's
+slice at twice the length is its slice index halved), so the slices are exactly those a run
+with the doubled ``--slice`` would have recorded. Slicers at different lengths merge by
+the same rule, so workers and ``duplexctl report A B`` merges stay exact. A report says
+which length it used and why it is not ``--slice`` (:meth:`TimeSlicer.describe`).
 """
 
 from __future__ import annotations
@@ -21,13 +31,16 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from duplexctl.report.histogram import HistogramSet
 
 PHASES: tuple[str, ...] = ("warmup", "ramp", "steady")
+#: The most slices a slicer holds: a day at 10 s would be 8,640; 128 keep a 30-minute run
+#: at 20 s and a day at ~21 minutes, in a few MB.
+MAX_SLICES: Final = 128
 ADMITTED = "admitted"
 REJECTED_CAPACITY = "rejected_capacity"
 #: an open still waiting when the run stopped: no answer either way, so not an attempt
@@ -53,6 +66,19 @@ class Windows:
         if t < self.ramp_end_s:
             return "ramp"
         return "steady"
+
+    def label(self, start: float, end: float) -> str:
+        """The phases ``[start, end)`` overlaps, joined by ``+`` (``ramp+steady``)."""
+        spans = {
+            "warmup": (0.0, self.warmup_s),
+            "ramp": (self.warmup_s, self.ramp_end_s),
+            "steady": (max(self.warmup_s, self.ramp_end_s), math.inf),
+        }
+        return "+".join(
+            p
+            for p in PHASES
+            if spans[p][0] < spans[p][1] and start < spans[p][1] and end > spans[p][0]
+        )
 
 
 def exclude_warmup(
@@ -107,8 +133,12 @@ class Slice:
         return self.audio_s / (self.end - self.start)
 
     def merge(self, other: Slice) -> Slice:
-        if (other.index, other.start, other.end) != (self.index, self.start, self.end):
-            raise ValueError(f"cannot merge slice {other.index} into slice {self.index}")
+        """Add a slice covering this one or a part of it (a finer slicer's), exactly."""
+        if not self.start <= other.start < other.end <= self.end:
+            raise ValueError(
+                f"cannot merge slice [{other.start}, {other.end}) s into [{self.start}, "
+                f"{self.end}) s"
+            )
         self.histograms.merge(other.histograms)
         self.turns += other.turns
         self.outcomes.update(other.outcomes)
@@ -159,17 +189,32 @@ class Slice:
 
 
 class TimeSlicer:
-    """Buckets a run's records into slices of ``slice_s`` seconds and phase windows."""
+    """Buckets a run's records into slices and phase windows (see the module docstring).
+
+    ``requested_s`` is the slice length asked for (``--slice``); ``slice_s`` the one in use,
+    ``requested_s`` doubled ``doublings`` times to keep at most ``max_slices`` slices.
+    """
 
     def __init__(
-        self, slice_s: float = 10.0, *, origin: float = 0.0, windows: Windows | None = None
+        self,
+        slice_s: float = 10.0,
+        *,
+        origin: float = 0.0,
+        windows: Windows | None = None,
+        max_slices: int = MAX_SLICES,
     ) -> None:
         if not (slice_s > 0 and math.isfinite(slice_s)):
             raise ValueError(f"slice length must be > 0 s, got {slice_s}")
-        self.slice_s = float(slice_s)
+        if max_slices < 2:
+            raise ValueError(f"a slicer must keep at least 2 slices, got {max_slices}")
+        self.requested_s = float(slice_s)
+        self.slice_s = self.requested_s
+        self.doublings = 0
+        self.max_slices = max_slices
         self.origin = float(origin)
         self.windows = windows or Windows()
         self._slices: dict[int, Slice] = {}
+        self._newest = -1
         self.phases: dict[str, HistogramSet] = {phase: HistogramSet() for phase in PHASES}
 
     # -- placing records -----------------------------------------------------------------
@@ -184,16 +229,52 @@ class TimeSlicer:
         return math.floor(self.offset(t) / self.slice_s)
 
     def slice_at(self, t: float) -> Slice:
-        return self._slice(self.index_of(t))
+        index = self.index_of(t)
+        found = self._slices.get(index)  # the common case: a slice already open
+        if found is not None:
+            return found
+        return self._slice(index >> self._fit(index))
+
+    def _fit(self, index: int) -> int:
+        """Double the slice length until slice ``index`` (at the current length) is within
+        the cap; returns how many times it doubled: the index at the new length is
+        ``index >> doublings`` (floor(t / 2L) = floor(floor(t / L) / 2), and t / 2L is
+        exactly half of t / L in floating point, so this is the slice a slicer of length
+        2L would pick)."""
+        doubled = 0
+        while index >> doubled >= self.max_slices:
+            self._double()
+            doubled += 1
+        return doubled
+
+    def _double(self) -> None:
+        """Merge adjacent slices pairwise: the slice length doubles (exact)."""
+        old = self._slices
+        self.slice_s *= 2
+        self.doublings += 1
+        self._slices = {}
+        self._newest = -1
+        for index in sorted(old):
+            self._slice(index // 2).merge(old[index])
 
     def _slice(self, index: int) -> Slice:
         found = self._slices.get(index)
         if found is None:
             start, end = index * self.slice_s, (index + 1) * self.slice_s
-            phases = {self.windows.phase_of(start), self.windows.phase_of(math.nextafter(end, 0))}
-            phase = "+".join(p for p in PHASES if p in phases)
-            found = self._slices[index] = Slice(index, start, end, phase=phase)
+            found = Slice(index, start, end, phase=self.windows.label(start, end))
+            self._slices[index] = found
+            if index > self._newest:
+                self._close_before(index - 1)
+                self._newest = index
         return found
+
+    def _close_before(self, index: int) -> None:
+        """Compact the histograms of every slice before ``index``: records still arrive in
+        the newest two (a turn is recorded at its end of speech, once its figures are
+        final), rarely in older ones, and a closed slice is kept at 12 bytes a bucket."""
+        for sl in self._slices.values():
+            if sl.index < index:
+                sl.histograms.compact()
 
     def phase_of(self, t: float) -> str:
         return self.windows.phase_of(self.offset(t))
@@ -229,6 +310,7 @@ class TimeSlicer:
         if not np.isfinite(rel).all() or (rel < 0).any():
             raise ValueError(f"a time in the batch is before the run start {self.origin}")
         index = np.floor(rel / self.slice_s).astype(np.int64)
+        index >>= self._fit(int(index.max()))
         w = self.windows
         phase = np.where(rel < w.warmup_s, 0, np.where(rel < w.ramp_end_s, 1, 2))
         for i in np.unique(index).tolist():
@@ -263,18 +345,45 @@ class TimeSlicer:
         """Ramp and steady merged: everything but warm-up."""
         return self.phases["ramp"].copy().merge(self.phases["steady"])
 
+    def describe(self) -> dict[str, Any]:
+        """The slice length used, for the report, and why it is not ``--slice`` if not."""
+        note = ""
+        if self.doublings:
+            times = "once" if self.doublings == 1 else f"{self.doublings} times"
+            note = (
+                f"--slice {self.requested_s:g} s doubled {times} to {self.slice_s:g} s, "
+                f"adjacent slices merged exactly: a run keeps at most {self.max_slices} "
+                "slices (and merged runs take the longer length)"
+            )
+        return {
+            "slice_s": self.slice_s,
+            "requested_slice_s": self.requested_s,
+            "doublings": self.doublings,
+            "max_slices": self.max_slices,
+            "note": note,
+        }
+
     # -- merging and encoding ------------------------------------------------------------
 
     def merge(self, other: TimeSlicer) -> TimeSlicer:
-        """Add another worker's slicer (same slice length, origin and windows) exactly."""
-        if (other.slice_s, other.origin, other.windows) != (
-            self.slice_s,
-            self.origin,
-            self.windows,
-        ):
-            raise ValueError("cannot merge time slices with a different length, origin or windows")
-        for index, sl in other._slices.items():
-            self._slice(index).merge(sl)
+        """Add another worker's (or run's) slicer exactly: same origin and windows, a slice
+        length equal to this one's or a power of two apart. The finer of the two is taken
+        to the coarser length first (pairs merged, exact)."""
+        if (other.origin, other.windows) != (self.origin, self.windows):
+            raise ValueError("cannot merge time slices with a different origin or windows")
+        shift = _doublings_between(self.slice_s, other.slice_s)
+        if shift is None:
+            raise ValueError(
+                f"cannot merge time slices with a different length: {other.slice_s:g} s and "
+                f"{self.slice_s:g} s are not a power of two apart"
+            )
+        for _ in range(shift):  # the other is coarser: this one doubles to its length
+            self._double()
+        finer = max(-shift, 0)  # the other is finer: its slice i lies in this one's i >> finer
+        if other._slices:
+            finer += self._fit(max(other._slices) >> finer)
+        for index in sorted(other._slices):
+            self._slice(index >> finer).merge(other._slices[index])
         for phase, hists in other.phases.items():
             self.phases[phase].merge(hists)
         return self
@@ -282,6 +391,7 @@ class TimeSlicer:
     def encode(self) -> dict[str, Any]:
         return {
             "slice_s": self.slice_s,
+            "requested_slice_s": self.requested_s,
             "origin": self.origin,
             "windows": {"warmup_s": self.windows.warmup_s, "ramp_end_s": self.windows.ramp_end_s},
             "slices": [sl.to_dict(encode_histograms=True) for sl in self.slices()],
@@ -290,11 +400,32 @@ class TimeSlicer:
 
     @classmethod
     def decode(cls, data: Mapping[str, Any]) -> TimeSlicer:
+        """Inverse of :meth:`encode`, also of reports written before slices were capped
+        (no ``requested_slice_s``: the length used is the one asked for). The slices are
+        kept as written, however many."""
         windows = Windows(**data.get("windows", {}))
-        slicer = cls(float(data["slice_s"]), origin=float(data.get("origin", 0.0)), windows=windows)
+        slice_s = float(data["slice_s"])
+        requested = float(data.get("requested_slice_s", slice_s))
+        slicer = cls(requested, origin=float(data.get("origin", 0.0)), windows=windows)
+        shift = _doublings_between(requested, slice_s)
+        if shift is None or shift < 0:
+            raise ValueError(f"slice length {slice_s:g} s is not --slice {requested:g} s doubled")
+        for _ in range(shift):
+            slicer._double()
         for entry in data.get("slices", []):
             sl = Slice.from_dict(entry)
             slicer._slices[sl.index] = sl
+        slicer._newest = max(slicer._slices, default=-1)
         for phase, encoded in data.get("phases", {}).items():
             slicer.phases[phase] = HistogramSet.decode(encoded)
         return slicer
+
+
+def _doublings_between(length: float, other: float) -> int | None:
+    """k with ``other == length * 2**k`` exactly (k may be negative), None if there is none."""
+    ratio = other / length
+    mantissa, exponent = math.frexp(ratio)
+    k = exponent - 1
+    if mantissa != 0.5 or math.ldexp(length, k) != other:
+        return None
+    return k
