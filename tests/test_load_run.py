@@ -275,7 +275,12 @@ def test_a_capacity_search_that_finds_no_capacity_fails(capsys: pytest.CaptureFi
     assert "no level met the capacity criteria" in capsys.readouterr().err
 
 
-def test_ctrl_c_closes_sessions_and_writes_a_partial_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_closes_sessions_and_writes_a_partial_report(
+    signum: signal.Signals, tmp_path: Path
+) -> None:
+    """Ctrl-C, and SIGTERM alike (a service manager stopping the run): every admitted
+    session ends with session.close, the partial report is written, exit 130."""
     out = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "duplexctl", "load", SHORT, "--sessions", "3", "--duration", "60s",
@@ -293,7 +298,7 @@ def test_ctrl_c_closes_sessions_and_writes_a_partial_report(tmp_path: Path) -> N
             if sessions.exists() and len(sessions.read_text().splitlines()) >= 2:
                 break
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:

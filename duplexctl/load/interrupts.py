@@ -3,6 +3,10 @@
 The first SIGINT sets ``stop`` (arrivals stop, every session closes with ``session.close``,
 the partial report is written, exit 130) and is forwarded to the worker processes, which stop
 their sessions the same way; a second one only says the sessions are still closing.
+
+SIGTERM (a container or service manager stopping the run, ``kill``) does exactly what Ctrl-C
+does: left to its default action it would end the process with its sessions dropped instead
+of closed (holding the server's slots for its disconnect grace) and no report written.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sys
 
 
 class Interrupts:
-    """SIGINT → stop (once); workers are told too."""
+    """SIGINT or SIGTERM → stop (once); workers are told too."""
 
     def __init__(self) -> None:
         self.stop = asyncio.Event()
@@ -24,15 +28,17 @@ class Interrupts:
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, self.on_sigint)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self.on_signal, signum)
 
-    def on_sigint(self) -> None:
+    def on_signal(self, signum: int = signal.SIGINT) -> None:
         if self.interrupted:
             print("duplexctl: still closing sessions…", file=sys.stderr)
             return
         self.interrupted = True
-        print("duplexctl: interrupted: stopping arrivals, closing sessions", file=sys.stderr)
+        how = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
+        print(f"duplexctl: {how}: stopping arrivals, closing sessions", file=sys.stderr)
         self.stop.set()
         for pid in self.children:
             with contextlib.suppress(ProcessLookupError):
