@@ -68,6 +68,14 @@ HOSTILE_OPENS = {
     "close_after_upgrade": "closed the connection right after the websocket upgrade",
     "tls_silent": "did not complete the TLS connection",
 }
+#: the cause each of them is (client/causes.py), which replay's report.json names too
+HOSTILE_CAUSES = {
+    "hang": "handshake_timeout",
+    "garbage_text": "garbage",
+    "drop_after_upgrade": "closed_after_upgrade",
+    "close_after_upgrade": "closed_after_upgrade",
+    "tls_silent": "timeout",
+}
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE_OPENS))
@@ -87,6 +95,7 @@ async def test_replay_and_probe_name_what_the_server_did(
     if command == "replay":  # the partial report is written, naming the failure
         report = json.loads((tmp_path / "run" / "report.json").read_text())
         assert HOSTILE_OPENS[kind] in report["error"]
+        assert report["cause"] == HOSTILE_CAUSES[kind]
 
 
 @pytest.mark.parametrize("kind", ["hang", "garbage_text", "drop_after_upgrade", "tls_silent"])

@@ -212,7 +212,7 @@ class Replay:
                 return
             run.status = "open_failed"
             self.listener.flush_open_log()
-            self._finish_artifacts(error=str(exc), admission=exc.admission)
+            self._finish_artifacts(error=str(exc), admission=exc.admission, cause=str(exc.cause))
             raise
         except BaseException:
             self._finish_artifacts(error="interrupted while opening")
@@ -266,6 +266,7 @@ class Replay:
         report: dict[str, Any] | None = None,
         error: str | None = None,
         admission: str | None = None,
+        cause: str | None = None,
     ) -> None:
         artifacts = self.state.artifacts
         if artifacts is None:
@@ -273,8 +274,8 @@ class Replay:
         if report is None:
             report = self.report.build()
             report["error"] = error
-            if admission is not None:
-                report["admission"] = admission
+            if admission is not None:  # the session was never opened: say why, as load does
+                report["admission"], report["cause"] = admission, cause
         artifacts.write_report(report)
         artifacts.close()
 
