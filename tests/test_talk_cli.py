@@ -291,3 +291,26 @@ def test_the_recording_logs_every_frame_even_when_the_last_one_was_freed(
     talk.artifacts.close()
     logged = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["seq"] for e in logged if e["dir"] == "recv"] == [1, 2, 3, 4, 5]
+
+
+def test_the_recording_logs_violations_with_their_evidence(tmp_path: Path) -> None:
+    """A malformed server event is a violation in events.jsonl with the frame as evidence,
+    as replay logs it (it was left out of talk's recording: the happening has no frame)."""
+    from duplexctl.client.connection import ViolationRecorded
+    from duplexctl.protocol.invariants import Violation
+    from duplexctl.report.artifacts import RunArtifacts
+    from duplexctl.talk.session import TalkSession
+
+    talk = TalkSession(TalkConfig(url="ws://127.0.0.1:9/", output_device="none"), PlainView())
+    talk.artifacts = RunArtifacts(tmp_path, origin_ns=time.monotonic_ns())
+    bad = '{"type": "response.audio.delta", "delta": "not base64!"}'
+    violation = Violation("audio_decode", "delta is not base64", time.monotonic_ns(), 7, "r1", bad)
+    talk._record_recv(
+        ViolationRecorded(
+            type="client.violation", recv_ns=violation.recv_ns, seq=7, violation=violation
+        )
+    )
+    talk.artifacts.close()
+    logged = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    [note] = [e for e in logged if e["dir"] == "note" and e["type"] == "violation"]
+    assert note["name"] == "audio_decode" and note["frame"] == bad and note["seq"] == 7

@@ -53,6 +53,7 @@ from duplexctl.client.connection import (
     ConnectionOptions,
     DuplexConnection,
     HandshakeFailed,
+    ViolationRecorded,
 )
 from duplexctl.errors import DuplexctlError, MissingDependency, ServerUnreachable
 from duplexctl.protocol.client_state import (
@@ -720,6 +721,9 @@ class TalkSession:
             return
         if isinstance(h, ConnectionLost):
             self.artifacts.note(h.recv_ns, "connection.lost", code=h.code, reason=h.reason)
+            return
+        if isinstance(h, ViolationRecorded):  # with its evidence, as replay logs it
+            self.artifacts.note(h.recv_ns, "violation", **h.violation.to_dict())
             return
         # one frame may yield several happenings: log it once. Compared by identity with a
         # reference held — comparing id()s lost frames, since CPython hands a freed dict's
