@@ -48,7 +48,7 @@ import time
 import wave
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,20 +60,16 @@ from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
 from bench.serve_process import healthy, serve  # noqa: E402
+from duplexctl.protocol.settings import SessionSettings  # noqa: E402
 
 ROOT = HERE.parent
 CHUNK_MS = 100
-OPEN = {
-    "model": "duplexctl/simulated-duplex",
-    "modalities": ["audio", "text"],
-    "input_audio_format": "pcm16",
-    "sample_rate_hz": 16000,
-    "output_audio_format": "pcm16",
-    "instructions": "You are a helpful voice assistant.",
-    "extra_body": {"auto_response": False},
-    "turn_detection": None,
-}
-GOOD_OPEN = {**OPEN, "turn_detection": {"type": "server_vad", "silence_duration_ms": 800}}
+#: the opening session objects, built the way every duplexctl command builds them
+_SETTINGS = SessionSettings(
+    model="duplexctl/simulated-duplex", instructions="You are a helpful voice assistant."
+)
+OPEN = _SETTINGS.to_session_object()
+GOOD_OPEN = replace(_SETTINGS, turn_detection="server_vad", vad_silence_ms=800).to_session_object()
 SERVER_ARGS = [
     "--model-profile", "turn", "--max-sessions", "512", "--chunk-ms", "200",
     "--reply-seconds", "1.0", "--disconnect-grace-s", "2", "--config-timeout-s", "2",
