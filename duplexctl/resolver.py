@@ -46,10 +46,10 @@ import copy
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from duplexctl.audio import pcm
 from duplexctl.audio.pacer import Pace
@@ -61,8 +61,41 @@ from duplexctl.protocol.settings import (
     ref_audio_data_uri,
 )
 
-if TYPE_CHECKING:
-    from duplexctl.scenario.model import Settings
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The scenario's layer of the run settings; ``None`` = not set by the scenario.
+
+    Defined here, not in ``scenario.model`` (which re-exports it), so that the resolver
+    depends on nothing above it. The resolver places this layer above the built-in defaults and below
+    ``--session FILE.json`` and explicit flags. ``session`` is the ``[session]`` table as
+    written: its keys that carry a typed setting (``model``, ``turn_detection`` …) count as
+    this layer too, the rest goes into the opening ``session.update`` as-is. ``source`` is
+    the scenario file, named in messages.
+    """
+
+    model: str | None = None
+    voice: str | None = None
+    ref_audio: Path | None = None
+    instructions: str | None = None
+    turn_detection: str | None = None  # "server_vad" | "none"
+    vad_silence_ms: int | None = None
+    auto_response: bool | None = None
+    commit: bool | None = None
+    chunk_ms: int | None = None
+    pace: Pace | None = None
+    response_timeout_s: float | None = None
+    prebuffer_ms: float | None = None
+    session: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The settings the scenario sets (``[settings]`` only), by name."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("session", "source") and getattr(self, f.name) is not None
+        }
 
 
 class Command(StrEnum):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.audio.pacer import Pace
+from duplexctl.resolver import Settings  # the scenario's layer of the run settings
 
 __all__ = ["Pace"]  # re-exported: one Pace for the pacer, scenarios and the resolver
 
@@ -109,41 +110,6 @@ class Expectation:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The scenario's layer of the run settings; ``None`` = not set by the scenario.
-
-    :mod:`duplexctl.resolver` places this layer above the built-in defaults and below
-    ``--session FILE.json`` and explicit flags. ``session`` is the ``[session]`` table as
-    written: its keys that carry a typed setting (``model``, ``turn_detection`` …) count as
-    this layer too, the rest goes into the opening ``session.update`` as-is. ``source`` is
-    the scenario file, named in messages.
-    """
-
-    model: str | None = None
-    voice: str | None = None
-    ref_audio: Path | None = None
-    instructions: str | None = None
-    turn_detection: str | None = None  # "server_vad" | "none"
-    vad_silence_ms: int | None = None
-    auto_response: bool | None = None
-    commit: bool | None = None
-    chunk_ms: int | None = None
-    pace: Pace | None = None
-    response_timeout_s: float | None = None
-    prebuffer_ms: float | None = None
-    session: dict[str, Any] = field(default_factory=dict)
-    source: Path | None = None
-
-    def given(self) -> dict[str, Any]:
-        """The settings the scenario sets (``[settings]`` only), by name."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if f.name not in ("session", "source") and getattr(self, f.name) is not None
-        }
 
 
 @dataclass(frozen=True, slots=True)
