@@ -2,10 +2,19 @@
 
 Commands raise these; :func:`duplexctl.cli.main` prints one line naming the problem (no
 traceback) and exits with the class's code: 1 a check failed, 2 bad usage or bad input,
-3 the server could not be reached or refused the session.
+3 the server could not be reached or refused the session. 130: the run was stopped by one of
+:data:`STOP_SIGNALS` and ended cleanly (sessions closed, partial results written).
 """
 
 from __future__ import annotations
+
+import signal
+from typing import Final
+
+#: Signals that stop a run the way Ctrl-C does: Ctrl-C itself, and SIGTERM, which a service
+#: manager, a container runtime or ``kill`` sends (left to its default action it would end the
+#: process with its sessions dropped rather than closed, and nothing written).
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 class DuplexctlError(Exception):

@@ -165,8 +165,10 @@ def test_failed_expectation_is_1(server: str, tmp_path: Path) -> None:
     assert "1 expectation(s) failed" in err
 
 
-def _replay_interrupted(server: str, out: Path, *inputs: str) -> tuple[int, str, str]:
-    """A real ``duplexctl replay`` process, sent SIGINT while its first answer plays;
+def _replay_interrupted(
+    server: str, out: Path, *inputs: str, signum: int = signal.SIGINT
+) -> tuple[int, str, str]:
+    """A real ``duplexctl replay`` process, sent ``signum`` while its first answer plays;
     (return code, stdout, stderr)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -195,12 +197,14 @@ def _replay_interrupted(server: str, out: Path, *inputs: str) -> tuple[int, str,
             break
         time.sleep(0.1)
     time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=30)
     return proc.returncode, stdout.decode(), stderr.decode()
 
 
-def test_ctrl_c_stops_saves_and_closes(server: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_stops_saves_and_closes(server: str, tmp_path: Path, signum: int) -> None:
+    """Ctrl-C, and SIGTERM alike: the run stops, closes, writes its report, exit 130."""
     out = tmp_path / "run"
     code, _stdout, stderr = _replay_interrupted(
         server,
@@ -208,6 +212,7 @@ def test_ctrl_c_stops_saves_and_closes(server: str, tmp_path: Path) -> None:
         str(RECORDINGS / "short_ack.wav"),
         str(RECORDINGS / "count.wav"),
         str(RECORDINGS / "hello.wav"),
+        signum=signum,
     )
     assert code == 130, stderr
     assert "interrupted" in stderr

@@ -157,7 +157,11 @@ async def test_capacity_rejection_says_full_with_the_limit_exit_3() -> None:
 # --- Ctrl-C with --record -------------------------------------------------------------------
 
 
-async def test_sigint_mid_conversation_keeps_the_recording_and_closes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+async def test_sigint_mid_conversation_keeps_the_recording_and_closes(
+    tmp_path: Path, signum: int
+) -> None:
+    """Ctrl-C, and SIGTERM alike (a service manager): session.close, files kept, exit 130."""
     import soundfile as sf
 
     rec = tmp_path / "rec"
@@ -178,7 +182,7 @@ async def test_sigint_mid_conversation_keeps_the_recording_and_closes(tmp_path: 
             proc.kill()
             pytest.fail("no answer within 30 s")
         await asyncio.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = await asyncio.wait_for(proc.communicate(), 30)
         held = srv.registry.slots_held  # a dropped socket would hold the slot for 30 s
     print(out.decode(), err.decode())

@@ -17,6 +17,8 @@ import os
 import signal
 import sys
 
+from duplexctl.errors import STOP_SIGNALS
+
 
 class Interrupts:
     """SIGINT or SIGTERM → stop (once); workers are told too."""
@@ -28,7 +30,7 @@ class Interrupts:
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.on_signal, signum)
 

@@ -293,19 +293,19 @@ async def run_replay(
     """The ``replay`` command's body: embedded server when no URL, Ctrl-C = stop and save.
 
     Audio is decoded before anything is started (bad input must not cost a server start).
-    With ``handle_sigint`` the first Ctrl-C sets a stop flag: the run stops, closes the
-    session with ``session.close``, writes what it has, and returns ``interrupted``; a
-    second Ctrl-C is the usual KeyboardInterrupt.
+    With ``handle_sigint`` the first Ctrl-C (or SIGTERM: a service manager stopping the run)
+    sets a stop flag: the run stops, closes the session with ``session.close``, writes what it
+    has, and returns ``interrupted``; a second Ctrl-C is the usual KeyboardInterrupt.
     """
-    import signal
+    from duplexctl.errors import STOP_SIGNALS
 
     say = progress or (lambda _line: None)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
-    def on_sigint() -> None:
+    def on_signal(signum: int) -> None:
         stop.set()
-        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signum)
 
     settings = config.settings
     clips = load_clips(scenario, settings.input_rate, settings.input_format_canonical)
@@ -313,7 +313,8 @@ async def run_replay(
         if clip.clip.conversion:
             say(clip.clip.conversion)
     if handle_sigint:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, on_signal, signum)
     try:
         from duplexctl.client.target import server_target
 
@@ -333,5 +334,6 @@ async def run_replay(
             return await replay.run(stop)
     finally:
         if handle_sigint:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(signal.SIGINT)
+            for signum in STOP_SIGNALS:
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(signum)

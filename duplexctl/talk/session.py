@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -55,7 +54,7 @@ from duplexctl.client.connection import (
     HandshakeFailed,
     ViolationRecorded,
 )
-from duplexctl.errors import DuplexctlError, MissingDependency, ServerUnreachable
+from duplexctl.errors import STOP_SIGNALS, DuplexctlError, MissingDependency, ServerUnreachable
 from duplexctl.protocol.client_state import (
     AudioDelta,
     Committed,
@@ -417,8 +416,9 @@ class TalkSession:
         tasks: list[asyncio.Task[None]] = []
         stopper: asyncio.Task[Any] | None = None
         timer: asyncio.TimerHandle | None = None
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        for signum in STOP_SIGNALS:  # SIGTERM (a service manager) stops as Ctrl-C does
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self._on_sigint)
         try:
             if self.config.duration_s is not None:
                 timer = loop.call_later(self.config.duration_s, self._request_stop, "duration")
@@ -452,8 +452,9 @@ class TalkSession:
             self._flush_heard_all()
             self._finalize_unfinished()
             await self.output.aclose(drain=False)
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(signal.SIGINT)
+            for signum in STOP_SIGNALS:
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(signum)
 
     def _request_stop(self, reason: str) -> None:
         if not self._stop.is_set():
