@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from duplexctl.audio import pcm
 from duplexctl.audio.pacer import Pace
@@ -57,6 +57,7 @@ from duplexctl.errors import BadInput
 from duplexctl.protocol.settings import (
     DATA_URI_PREFIX,
     SessionSettings,
+    TurnDetection,
     deep_merge,
     ref_audio_data_uri,
 )
@@ -404,7 +405,7 @@ class RunSettings:
             voice=v["voice"],
             ref_audio=v["ref_audio"],
             instructions=v["instructions"],
-            turn_detection=td,
+            turn_detection=cast(TurnDetection, td),  # SessionSettings checks the value
             vad_silence_ms=v["vad_silence_ms"] if td == "server_vad" else None,
             auto_response=v["auto_response"],
             input_format=v["input_format"],
