@@ -9,6 +9,7 @@ PortAudio. Errors of :mod:`duplexctl.errors` become one line on stderr and their
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -108,11 +109,21 @@ def server_url(url: str | None, ca_file: Path | None, insecure: bool) -> str | N
     return resolved
 
 
+def _sigterm_as_ctrl_c(_signum: int, _frame: Any) -> None:
+    signal.raise_signal(signal.SIGINT)
+
+
 def reports_errors(fn: F) -> F:
-    """Turn DuplexctlError into one stderr line and its exit code; Ctrl-C into 130."""
+    """Turn DuplexctlError into one stderr line and its exit code; Ctrl-C into 130.
+
+    SIGTERM is made a Ctrl-C for the command's whole run (``errors.STOP_SIGNALS``): replay,
+    talk and load handle both in their event loops; any other command (probe) gets the
+    Ctrl-C path — its sessions closed as its task is cancelled — instead of dying with them
+    open."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
         try:
             return fn(*args, **kwargs)
         except DuplexctlError as exc:
@@ -121,6 +132,8 @@ def reports_errors(fn: F) -> F:
         except KeyboardInterrupt:
             print("duplexctl: interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     return wrapper  # type: ignore[return-value]
 

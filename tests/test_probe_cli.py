@@ -70,3 +70,40 @@ def test_a_failure_renders_its_evidence() -> None:
     assert "response.created [8] r1" in text
     assert "waited 15 s" in text
     assert "1 probes: 0 passed, 1 failed, 0 skipped" in text
+
+
+async def test_sigterm_stops_probe_like_ctrl_c_and_frees_its_sessions() -> None:
+    """SIGTERM (a service manager stopping the run) mid-probe: exit 130, one line, no
+    traceback, and every session it held closed — with a 60 s disconnect grace a dropped
+    socket would keep its slot far past the bound here."""
+    import asyncio
+    import os
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    from duplexctl.server.app import start_server
+    from duplexctl.server.config import ServerConfig
+
+    root = Path(__file__).resolve().parent.parent
+    config = ServerConfig(port=0, disconnect_grace_s=60.0, reply_seconds=1.0, chunk_ms=200)
+    async with await start_server(config) as srv:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "duplexctl", "probe", "--url", srv.url,
+            cwd=root, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while srv.registry.slots_held == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # until the probe holds a session
+        assert srv.registry.slots_held > 0, "the probe never opened a session"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = await asyncio.wait_for(proc.communicate(), 30)
+        deadline = time.monotonic() + 10
+        while srv.registry.slots_held and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        held = srv.registry.slots_held
+    assert proc.returncode == 130, err.decode()
+    assert "interrupted" in err.decode() and "Traceback" not in err.decode()
+    assert held == 0
