@@ -223,7 +223,10 @@ class ArrivalProcess:
         if self.kind != "gamma" and self.burstiness != 1.0:
             raise ValueError(f"burstiness applies to gamma arrivals, not {self.kind}")
         if self.seed is None:
-            object.__setattr__(self, "seed", int(np.random.SeedSequence().entropy))
+            entropy = np.random.SeedSequence().entropy
+            # a SeedSequence made without entropy draws a fresh 128-bit int from the OS
+            assert isinstance(entropy, int)
+            object.__setattr__(self, "seed", entropy)
 
     def rng(self) -> np.random.Generator:
         """A fresh Generator at the start of this process's stream."""

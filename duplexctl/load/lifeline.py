@@ -81,7 +81,7 @@ class Lifeline:
         self.reason = ""
         self._lost = threading.Event()
         self._lock = threading.Lock()
-        self._callback: Callable[[], None] | None = None
+        self._callback: Callable[[], object] | None = None  # its result is ignored
 
     @classmethod
     def to_parent(cls, ctx: Any) -> tuple[Lifeline, Any]:
@@ -116,7 +116,7 @@ class Lifeline:
             return True
         return self.alive is not None and not self.alive()
 
-    def on_lost(self, callback: Callable[[], None]) -> None:
+    def on_lost(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` (from any thread) when the parent is gone; now if it already is."""
         with self._lock:
             self._callback = callback

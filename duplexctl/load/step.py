@@ -56,6 +56,8 @@ async def run_step(
         forward.cancel()
     wall = time.monotonic() - t0
     end_reasons = sorted({i.get("end_reason", "") for i in infos})
+    # LoadConfig.__post_init__ resolved it: load's default is 100, a given one is checked
+    assert config.chunk_ms is not None
     return build_report(
         tally,
         config=config.echo(),

@@ -32,7 +32,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from duplexctl.errors import ServerUnreachable
 from duplexctl.probe.model import ProbeFailed, ProbeSkipped, TraceEntry
 from duplexctl.protocol import codec, ids
-from duplexctl.protocol.client_state import Happening
+from duplexctl.protocol.client_state import AudioDelta, Happening, ResponseDone
 from duplexctl.protocol.errors import parse_error
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.units import MiB
@@ -186,6 +186,16 @@ def _speech_pcm() -> bytes:
     start_ms = rec.speech_start_ms if rec is not None else 300.0
     start = int(start_ms * INPUT_RATE / 1000)
     return pcm.encode(clip.samples[start : start + INPUT_RATE], "pcm16")
+
+
+def audio_of(response_id: str) -> Callable[[Happening], bool]:
+    """A ``wait_for`` predicate: an audio delta of ``response_id`` (bound now, not at call)."""
+    return lambda h: isinstance(h, AudioDelta) and h.response_id == response_id
+
+
+def done_of(response_id: str) -> Callable[[Happening], bool]:
+    """A ``wait_for`` predicate: the ``response.done`` of ``response_id``."""
+    return lambda h: isinstance(h, ResponseDone) and h.response_id == response_id
 
 
 def speech_chunks(ms: int = 600, chunk_ms: int = CHUNK_MS) -> list[bytes]:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from duplexctl.audio.pacer import Pace
 from duplexctl.resolver import Settings  # the scenario's layer of the run settings
@@ -71,17 +71,20 @@ class Expectation:
             return False
         if isinstance(actual, bool):
             actual = "true" if actual else "false"
+        # the op decides the value's type where an Expectation is built: "in" holds the
+        # strings parse._expectation checked, "range" the (lo, hi) floats and the comparisons
+        # the float that parse_number read (_RANGE_RE, _NUM_RE)
         if self.op == "in":
-            return str(actual) in self.value  # type: ignore[operator]
+            return str(actual) in cast(tuple[str, ...], self.value)
         if self.op == "range":
-            lo, hi = self.value  # type: ignore[misc]
+            lo, hi = cast(tuple[float, float], self.value)
             return _is_number(actual) and lo <= float(actual) <= hi
         if isinstance(self.value, str):
             equal = str(actual) == self.value
             return equal if self.op == "==" else not equal
         if not _is_number(actual):
             return False
-        a, b = float(actual), float(self.value)  # type: ignore[arg-type]
+        a, b = float(actual), float(cast(float, self.value))
         return {
             "<": a < b,
             "<=": a <= b,

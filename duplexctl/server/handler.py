@@ -345,7 +345,8 @@ class ConnectionHandler:
                 "resume_token": managed.new_token(),
             }
         except Exception as exc:
-            return await self._open_failed(managed, exc)
+            await self._open_failed(managed, exc)
+            return None
         self.conn.send_event(created)
         if not await self.conn.delivered():
             # session.created never reached the client: without its id and token nobody can
@@ -360,7 +361,8 @@ class ConnectionHandler:
         try:
             engine.start()
         except Exception as exc:
-            return await self._open_failed(managed, exc)
+            await self._open_failed(managed, exc)
+            return None
         return managed
 
     async def _open_failed(self, managed: ManagedSession, exc: Exception) -> None:

@@ -41,8 +41,13 @@ class EngineLike(Protocol):
     id: str
     capabilities: dict[str, Any]
     receive_timeout_s: float
-    last_activity: float
-    closed: bool
+
+    # read-only: the transport only reads them; the engine keeps them (session.EngineSession
+    # exposes them as properties over its context)
+    @property
+    def last_activity(self) -> float: ...
+    @property
+    def closed(self) -> bool: ...
 
     def session_object(self) -> dict[str, Any]: ...
     def start(self) -> None: ...

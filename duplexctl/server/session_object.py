@@ -237,9 +237,16 @@ def normalize_turn_detection(value: Any) -> dict[str, Any] | None:
     return out
 
 
+def sub_object(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` when it is an object, else an empty one: a nested object the client left
+    out or sent as something else reads as empty (its own checks report a wrong type)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def resolve_overlap_policy(obj: dict[str, Any], current: str | None) -> str:
     """The effective overlap policy of an object (0.30.0 normalisation/conflict rules)."""
-    extra = obj.get("extra_body") if isinstance(obj.get("extra_body"), dict) else {}
+    extra = sub_object(obj, "extra_body")
     raw = obj.get("overlap_policy", extra.get("overlap_policy"))
     if "turn_detection" in obj or ("audio" in obj and _audio_td_present(obj)):
         td = _turn_detection_value(obj)
@@ -311,9 +318,9 @@ def check_formats(
     range is refused here: 0.30.0 accepts it and then never delivers the reply's audio.
     """
     in_fmt = out_fmt = None
-    audio = obj.get("audio") if isinstance(obj.get("audio"), dict) else {}
-    a_in = audio.get("input") if isinstance(audio.get("input"), dict) else {}
-    a_out = audio.get("output") if isinstance(audio.get("output"), dict) else {}
+    audio = sub_object(obj, "audio")
+    a_in = sub_object(audio, "input")
+    a_out = sub_object(audio, "output")
     raw_in = _first_given(obj.get("input_audio_format"), a_in.get("format"))
     if raw_in is not None:
         in_fmt = _format_name(raw_in, output=False)

@@ -134,7 +134,7 @@ def _append(event: dict[str, Any], input_format: str, input_rate: float) -> Comm
         raise ProtocolError("bad_audio", "input audio is not valid base64") from None
     hints: dict[str, Any] = {}
     is_speech = _opt_bool(event, "is_speech", "speech")
-    vad = event.get("vad") if isinstance(event.get("vad"), dict) else {}
+    vad = session_object.sub_object(event, "vad")
     if is_speech is None and isinstance(vad.get("is_speech"), bool):
         is_speech = vad["is_speech"]
     prob = event.get("speech_probability", vad.get("speech_probability", vad.get("probability")))
@@ -307,8 +307,8 @@ def _response_create(event: dict[str, Any], _f: str, _r: float) -> Command:
         raise ProtocolError("bad_event", "response.create response must be an object")
     options = options or {}
     forbidden = sorted(k for k in options if k in FORBIDDEN_RESPONSE_OPTIONS)
-    audio = options.get("audio") if isinstance(options.get("audio"), dict) else {}
-    a_out = audio.get("output") if isinstance(audio.get("output"), dict) else {}
+    audio = session_object.sub_object(options, "audio")
+    a_out = session_object.sub_object(audio, "output")
     if "voice" in a_out:
         forbidden.append("voice")
     out_fmt = options.get("output_audio_format", a_out.get("format"))

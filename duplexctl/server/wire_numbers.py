@@ -17,19 +17,19 @@ with it or echoes it (docs/protocol.md §3, §5):
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 MIN_RATE: Final = 8000
 MAX_RATE: Final = 192000
 MAX_SAFE_INTEGER: Final = 2**53
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     """A finite int or float (bools excluded)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def is_position(value: Any) -> bool:
+def is_position(value: Any) -> TypeGuard[int | float]:
     """A number the server can echo as an integer (|value| <= 2**53)."""
     return is_number(value) and abs(value) <= MAX_SAFE_INTEGER
 

@@ -260,6 +260,8 @@ class TalkSession:
     def _open_devices(self, settings: SessionSettings) -> None:
         """Output first, then input: every device problem is one line before any I/O."""
         c = self.config
+        # TalkConfig.__post_init__ resolved it: talk's default is 0.0, a given one is checked
+        assert c.prebuffer_ms is not None
         if c.simulated_output:
             self.output = SimulatedOutput(
                 settings.output_rate, prebuffer_ms=c.prebuffer_ms, on_started=self._on_started
@@ -564,6 +566,8 @@ class TalkSession:
 
     async def _input_loop(self) -> None:
         assert self.input is not None and self.settings is not None and self.output is not None
+        # TalkConfig.__post_init__ resolved it: talk's default is 100, a given one is checked
+        assert self.config.chunk_ms is not None
         rate = self.settings.input_rate
         chunk_frames = rate * self.config.chunk_ms // 1000
         detector = BargeInDetector(rate, self.config.barge_threshold_db)

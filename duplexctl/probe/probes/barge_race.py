@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from duplexctl.probe.context import ProbeContext, speech_chunks
+from duplexctl.probe.context import ProbeContext, audio_of, speech_chunks
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
-from duplexctl.protocol.client_state import AudioDelta, ResponseCreated, ResponseDone
+from duplexctl.protocol.client_state import ResponseCreated, ResponseDone
 
 # How long after an append the barge_in is sent, one iteration each: 0 ms puts both in the
 # same server read, the others land while the append is being applied or just after.
@@ -38,7 +38,7 @@ async def barge_in_race(ctx: ProbeContext) -> str:
         overlap = speech_chunks(100)[0]
         for k, offset in enumerate(OFFSETS_MS, start=1):
             await pc.wait_for(
-                lambda h, r=current: isinstance(h, AudioDelta) and h.response_id == r,
+                audio_of(current),
                 10.0,
                 f"audio of {current} (iteration {k})",
             )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from duplexctl.probe.context import ProbeContext
+from duplexctl.probe.context import ProbeContext, audio_of, done_of
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
 from duplexctl.protocol import names
-from duplexctl.protocol.client_state import AudioDelta, ResponseCreated, ResponseDone
+from duplexctl.protocol.client_state import ResponseCreated
 
 # (how to interrupt, when): at response.created the generator has not produced anything yet;
 # at the first delta it is between chunks — both are where a late chunk slips out.
@@ -41,7 +41,7 @@ async def epoch_fencing(ctx: ProbeContext) -> str:
             rid = h.response_id  # type: ignore[attr-defined]
             if when == "first-delta":
                 await pc.wait_for(
-                    lambda h, r=rid: isinstance(h, AudioDelta) and h.response_id == r,
+                    audio_of(rid),
                     10.0,
                     f"audio of {rid}",
                 )
@@ -52,7 +52,7 @@ async def epoch_fencing(ctx: ProbeContext) -> str:
             )
             await pc.send(event)
             done = await pc.wait_for(
-                lambda h, r=rid: isinstance(h, ResponseDone) and h.response_id == r,
+                done_of(rid),
                 10.0,
                 f"response.done of {rid} after {how}",
             )

@@ -31,9 +31,8 @@ async def handshake(ctx: ProbeContext) -> str:
     raw = await ctx.raw("h")
     problems: list[str] = []
     created = await raw.open_session()
-    session: dict[str, Any] = (
-        created.get("session") if isinstance(created.get("session"), dict) else {}
-    )
+    raw_session = created.get("session")
+    session: dict[str, Any] = raw_session if isinstance(raw_session, dict) else {}
     caps = session.get("capabilities")
     if "server_event_seq" in created:
         problems.append("session.created carries server_event_seq (it is never journaled)")
