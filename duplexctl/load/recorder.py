@@ -104,7 +104,7 @@ class Recorder(RunTally, Sink):
         if record.admission == UNFINISHED:  # the run stopped it: counted apart, not an attempt
             cause = record.cause or UNFINISHED
             self.unfinished[cause] += 1
-            self.cause_examples.setdefault(f"{UNFINISHED}:{cause}", record.end_reason)
+            self.unfinished_examples.setdefault(cause, record.end_reason)
             self._write_session(record)
             return
         self.admissions[record.admission] += 1

@@ -62,7 +62,9 @@ class SessionRecord:
     worker: int
     index: int
     attempt: int
-    admission: str = "pending"  # admitted | rejected_capacity | rejected_other | transport_error | timeout  # or unfinished: still opening when the run stopped (not an attempt, see the recorder)
+    # admitted | rejected_capacity | rejected_other | transport_error | timeout, or unfinished:
+    # still opening when the run stopped (not an attempt; the recorder counts it apart)
+    admission: str = "pending"
     # why it was not admitted (client.causes; client_error: an exception of the client itself),
     # None when admitted
     cause: str | None = None

@@ -6,8 +6,9 @@ system-wide on Linux, so their time slices line up) and merges their recorders e
 histogram buckets are added, counts summed, session intervals pooled for the exact
 ``observed_capacity`` sweep, JSONL parts concatenated. A worker whose run outgrew
 :data:`~duplexctl.report.slices.MAX_SLICES` slices doubled its slice length; workers that
-doubled a different number of times merge at the longest length, exactly. Workers send ``ready``, ``live``
-snapshots and ``done`` (or ``error``) on one queue; the parent forwards Ctrl-C to them.
+doubled a different number of times merge at the longest length, exactly. Workers send
+``ready``, ``live`` snapshots and ``done`` (or ``error``) on one queue; the parent forwards
+Ctrl-C to them.
 
 Workers die with their parent: each holds a :class:`~duplexctl.load.lifeline.Lifeline`, and
 when the parent dies for any reason (SIGKILL included) it closes its sessions with

@@ -5,8 +5,9 @@ The report is built by one function, :func:`build_report`, from the run's
 after merging saved runs, so a merged report is exactly the report one run of the combined
 load would have written. It carries its own inputs (``recorder``: encoded histograms, counts,
 session intervals) for that, and says under ``slicing`` which slice length it used (a long
-run doubles ``--slice`` to keep at most :data:`~duplexctl.report.slices.MAX_SLICES`). Both ``load`` and ``report`` import this module; it imports
-neither (docs/architecture.md: imports run downward).
+run doubles ``--slice`` to keep at most :data:`~duplexctl.report.slices.MAX_SLICES`). Both
+``load`` and ``report`` import this module; it imports neither (docs/architecture.md: imports
+run downward).
 
 Admission rates (docs/metrics.md "Session and admission"): every attempt ends admitted,
 rejected for capacity, or failed (refused, TLS, an HTTP status, closed after the upgrade, a
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from duplexctl import __version__
-from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
 from duplexctl.report.tally import RunTally
@@ -83,11 +83,6 @@ def build_report(
     ``wall_s`` is then the runs' seconds added up.
     """
     headline = tally.headline()
-    prefix = f"{UNFINISHED}:"
-    examples = {c: m for c, m in tally.cause_examples.items() if not c.startswith(prefix)}
-    unfinished_examples = {
-        c.removeprefix(prefix): m for c, m in tally.cause_examples.items() if c.startswith(prefix)
-    }
     adm, counts, outcomes = tally.admissions, tally.counts, tally.outcomes
     attempts = sum(adm.values())
     not_admitted = attempts - adm["admitted"]
@@ -149,12 +144,12 @@ def build_report(
             "not_admitted": not_admitted,
             "failed": failed,
             "causes": dict(tally.causes),
-            "cause_examples": examples,
+            "cause_examples": dict(tally.cause_examples),
             # opens the run's stop abandoned before any answer: not attempts, not in the rates
             "unfinished": {
                 "count": sum(tally.unfinished.values()),
                 "causes": dict(tally.unfinished),
-                "cause_examples": unfinished_examples,
+                "cause_examples": dict(tally.unfinished_examples),
             },
             "advertised_limit": advertised,
             "advertised_limits_seen": {str(k): v for k, v in limits.items()},

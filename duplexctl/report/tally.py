@@ -78,8 +78,8 @@ class RunTally:
         self.causes: Counter[str] = Counter()
         self.cause_examples: dict[str, str] = {}
         #: opens still waiting when the run stopped, by cause: no answer yet, so not attempts
-        #: (their example messages are under "unfinished:<cause>" in cause_examples)
         self.unfinished: Counter[str] = Counter()
+        self.unfinished_examples: dict[str, str] = {}
         self.advertised_limits: Counter[int] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -115,6 +115,7 @@ class RunTally:
             "causes": dict(self.causes),
             "cause_examples": dict(self.cause_examples),
             "unfinished": dict(self.unfinished),
+            "unfinished_examples": dict(self.unfinished_examples),
             "advertised_limits": {str(k): v for k, v in self.advertised_limits.items()},
             "outcomes": dict(self.outcomes),
             "errors": dict(self.errors),
@@ -141,6 +142,8 @@ class RunTally:
         for cause, example in data.get("cause_examples", {}).items():
             self.cause_examples.setdefault(cause, example)
         self.unfinished.update(data.get("unfinished", {}))  # absent from earlier reports
+        for cause, example in data.get("unfinished_examples", {}).items():
+            self.unfinished_examples.setdefault(cause, example)
         self.advertised_limits.update({int(k): v for k, v in data["advertised_limits"].items()})
         self.outcomes.update(data["outcomes"])
         self.errors.update(data["errors"])
