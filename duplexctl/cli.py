@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from duplexctl import __version__
-from duplexctl.errors import DuplexctlError
+from duplexctl.errors import STOP_SIGNALS, DuplexctlError
 
 app = typer.Typer(
     name="duplexctl",
@@ -109,21 +109,25 @@ def server_url(url: str | None, ca_file: Path | None, insecure: bool) -> str | N
     return resolved
 
 
-def _sigterm_as_ctrl_c(_signum: int, _frame: Any) -> None:
+def _as_ctrl_c(_signum: int, _frame: Any) -> None:
     signal.raise_signal(signal.SIGINT)
 
 
 def reports_errors(fn: F) -> F:
     """Turn DuplexctlError into one stderr line and its exit code; Ctrl-C into 130.
 
-    SIGTERM is made a Ctrl-C for the command's whole run (``errors.STOP_SIGNALS``): replay,
-    talk and load handle both in their event loops; any other command (probe) gets the
-    Ctrl-C path — its sessions closed as its task is cancelled — instead of dying with them
-    open."""
+    The other stop signals (``errors.STOP_SIGNALS``: SIGTERM) are made a Ctrl-C for the
+    command's whole run: replay, talk and load handle both in their event loops; any other
+    command (probe) gets the Ctrl-C path — its sessions closed as its task is cancelled —
+    instead of dying with them open."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        previous = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+        previous = {
+            signum: signal.signal(signum, _as_ctrl_c)
+            for signum in STOP_SIGNALS
+            if signum != signal.SIGINT
+        }
         try:
             return fn(*args, **kwargs)
         except DuplexctlError as exc:
@@ -133,7 +137,8 @@ def reports_errors(fn: F) -> F:
             print("duplexctl: interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     return wrapper  # type: ignore[return-value]
 

@@ -33,7 +33,7 @@ from duplexctl.load.engine import make_plan
 from duplexctl.load.interrupts import Interrupts
 from duplexctl.load.search import find_capacity, measure_slot_release
 from duplexctl.load.step import run_step
-from duplexctl.report.load_report import render_final, tally_of, write_outputs
+from duplexctl.report.load_report import cause_counts, render_final, tally_of, write_outputs
 from duplexctl.rundir import announce, prepare_run_dir
 
 
@@ -105,18 +105,15 @@ def never_admitted(report: dict[str, Any]) -> str | None:
         return None
     a = report["admission"]
     unfinished = a.get("unfinished") or {}
-    if not a["attempts"] and unfinished.get("count"):  # every open hung until the run stopped
-        causes = ", ".join(f"{c} {n}" for c, n in sorted(unfinished["causes"].items()))
-        first = next(iter(unfinished.get("cause_examples", {}).values()), "")
-        return (
-            f"no session was admitted: {unfinished['count']} attempts still opening when the "
-            f"run stopped ({causes})" + (f"; {first}" if first else "")
-        )
-    if not a["attempts"]:
+    if a["attempts"]:
+        what, causes, examples = f"{a['attempts']} attempts", a["causes"], a["cause_examples"]
+    elif unfinished.get("count"):  # every open hung until the run stopped
+        what = f"{unfinished['count']} attempts still opening when the run stopped"
+        causes, examples = unfinished["causes"], unfinished.get("cause_examples", {})
+    else:
         return "no session was admitted: none was attempted"
-    causes = ", ".join(f"{c} {n}" for c, n in sorted(a["causes"].items(), key=lambda kv: -kv[1]))
-    first = next(iter(a["cause_examples"].values()), "")
-    return f"no session was admitted: {a['attempts']} attempts ({causes})" + (
+    first = next(iter(examples.values()), "")
+    return f"no session was admitted: {what} ({cause_counts(causes)})" + (
         f"; {first}" if first else ""
     )
 

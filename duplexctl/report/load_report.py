@@ -427,20 +427,25 @@ def _percent(rate: float | None) -> str:
     return f"{format_value(rate * 100 if rate is not None else None)}%"
 
 
+def cause_counts(causes: Mapping[str, int]) -> str:
+    """``refused 7, tls 2``: causes with their counts, the most frequent first."""
+    return ", ".join(f"{c} {n}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1]))
+
+
 def admission_lines(a: Mapping[str, Any]) -> list[str]:
     """Why attempts were not admitted (each cause with one message) and the three rates."""
     lines = []
     causes = a.get("causes") or {}
     if a.get("not_admitted"):
-        counted = ", ".join(f"{c} {n}" for c, n in sorted(causes.items(), key=lambda kv: -kv[1]))
+        counted = cause_counts(causes)
         lines.append(f"not admitted: {a['not_admitted']} of {a['attempts']} attempts: {counted}")
         for cause, example in sorted((a.get("cause_examples") or {}).items()):
             lines.append(f"  {cause}: {example}")
     unfinished = a.get("unfinished") or {}
     if unfinished.get("count"):
-        counted = ", ".join(f"{c} {n}" for c, n in sorted(unfinished["causes"].items()))
         lines.append(
-            f"still opening when the run stopped: {unfinished['count']} ({counted}); "
+            f"still opening when the run stopped: {unfinished['count']} "
+            f"({cause_counts(unfinished['causes'])}); "
             "not counted as attempts"
         )
     coded = {k: n for k, n in a["by_code"].items() if not k.endswith(":-")}

@@ -139,11 +139,9 @@ class RunTally:
         self.admissions.update(data["admissions"])
         self.codes.update(data["codes"])
         self.causes.update(data.get("causes", {}))  # absent from reports before causes
-        for cause, example in data.get("cause_examples", {}).items():
-            self.cause_examples.setdefault(cause, example)
+        _keep_first(self.cause_examples, data.get("cause_examples", {}))
         self.unfinished.update(data.get("unfinished", {}))  # absent from earlier reports
-        for cause, example in data.get("unfinished_examples", {}).items():
-            self.unfinished_examples.setdefault(cause, example)
+        _keep_first(self.unfinished_examples, data.get("unfinished_examples", {}))
         self.advertised_limits.update({int(k): v for k, v in data["advertised_limits"].items()})
         self.outcomes.update(data["outcomes"])
         self.errors.update(data["errors"])
@@ -163,3 +161,9 @@ class RunTally:
             origin=float(data["origin"]), slice_s=slicer.requested_s, windows=slicer.windows
         )
         return tally.merge_encoded(data)
+
+
+def _keep_first(examples: dict[str, str], more: Mapping[str, str]) -> None:
+    """One message per cause: the first seen stays (a worker's or run's, in merge order)."""
+    for cause, example in more.items():
+        examples.setdefault(cause, example)

@@ -245,7 +245,7 @@ class TalkSession:
         self.mode = "server_vad"
         self.caps: dict[str, Any] = {}
         self.input_t0: float | None = None  # monotonic time of user-timeline 0
-        self._sigint_count = 0
+        self._stop_signals = 0
         self._main_task: asyncio.Task[Any] | None = None
         self._last_frame: dict[str, Any] | None = None  # held: an id() of a freed one recurs
         self._pending_t: float | None = None
@@ -420,7 +420,7 @@ class TalkSession:
         timer: asyncio.TimerHandle | None = None
         for signum in STOP_SIGNALS:  # SIGTERM (a service manager) stops as Ctrl-C does
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, self._on_sigint)
+                loop.add_signal_handler(signum, self._on_stop_signal)
         try:
             if self.config.duration_s is not None:
                 timer = loop.call_later(self.config.duration_s, self._request_stop, "duration")
@@ -463,12 +463,12 @@ class TalkSession:
             self.stop_reason = reason
             self._stop.set()
 
-    def _on_sigint(self) -> None:
-        """First Ctrl-C: stop cleanly (session.close, files finished), exit 130 later.
-        Second: abort at once (the close is still attempted, shielded)."""
-        self._sigint_count += 1
+    def _on_stop_signal(self) -> None:
+        """First Ctrl-C or SIGTERM: stop cleanly (session.close, files finished), exit 130
+        later. Second: abort at once (the close is still attempted, shielded)."""
+        self._stop_signals += 1
         self.interrupted = True
-        if self._sigint_count == 1:
+        if self._stop_signals == 1:
             self.view.info("interrupted: closing the session (Ctrl-C again to abort)")
             self._request_stop("interrupted")
         elif self._main_task is not None:
