@@ -11,12 +11,12 @@ Use it for ablations of ``load`` itself (versions of the same weight), not for c
 different clients: running together they compete for the CPUs, which favours the lighter
 process, so cross-client ratios stay with ``compare_clients.py``.
 
-Each ``--tree`` is a duplexctl source tree (a ``git archive`` snapshot, say). The launch order rotates every round. CPU is the
-scheduler's nanosecond sum (``/proc/PID/schedstat``) between ``--settle`` s after launch and
+Each ``--tree`` is a duplexctl source tree (a ``git archive`` snapshot, say). The launch
+order rotates every round. CPU is the scheduler's nanosecond sum (``/proc/PID/schedstat``) between ``--settle`` s after launch and
 1 s before the streaming ends; the table gives each round's CPU s per session-minute and
 every tree's ratio to the first, with the median and range over the rounds.
 
-    .venv/bin/python bench/side_by_side.py --tree /tmp/before --tree /tmp/after --rounds 5
+    .venv/bin/python bench/side_by_side.py --tree BEFORE --tree AFTER --rounds 5
 """
 
 from __future__ import annotations

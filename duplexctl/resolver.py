@@ -68,11 +68,11 @@ class Settings:
     """The scenario's layer of the run settings; ``None`` = not set by the scenario.
 
     Defined here, not in ``scenario.model`` (which re-exports it), so that the resolver
-    depends on nothing above it. The resolver places this layer above the built-in defaults and below
-    ``--session FILE.json`` and explicit flags. ``session`` is the ``[session]`` table as
-    written: its keys that carry a typed setting (``model``, ``turn_detection`` …) count as
-    this layer too, the rest goes into the opening ``session.update`` as-is. ``source`` is
-    the scenario file, named in messages.
+    depends on nothing above it. The resolver places this layer above the built-in defaults
+    and below ``--session FILE.json`` and explicit flags. ``session`` is the ``[session]``
+    table as written: its keys that carry a typed setting (``model``, ``turn_detection`` …)
+    count as this layer too, the rest goes into the opening ``session.update`` as-is.
+    ``source`` is the scenario file, named in messages.
     """
 
     model: str | None = None
