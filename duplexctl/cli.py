@@ -818,6 +818,18 @@ def report(
     overwrite: OverwriteOption = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
     slo: Annotated[list[str] | None, typer.Option(help="Re-judge with these thresholds.")] = None,
+    html: Annotated[
+        str | None, typer.Option(help="Write one self-contained HTML page here (opens offline).")
+    ] = None,
+    compare: Annotated[
+        bool, typer.Option(help="Compare run B with run A (the baseline) instead of merging.")
+    ] = False,
+    fail_on_regression: Annotated[
+        float | None,
+        typer.Option(
+            metavar="PCT", help="With --compare: exit 1 when a flagged figure worsens by more."
+        ),
+    ] = None,
 ) -> None:
     """Re-render saved load runs; several are merged exactly (from their histograms)."""
     from duplexctl.report.merge import rerender
@@ -829,6 +841,9 @@ def report(
         overwrite=overwrite,
         json_output=json_output,
         slos=list(slo or []),
+        html=html,
+        compare=compare,
+        fail_on_regression=fail_on_regression,
     )
     if code:
         raise typer.Exit(code)

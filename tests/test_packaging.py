@@ -33,6 +33,7 @@ BUNDLED = (
     "duplexctl/recordings/hello.wav",
     "duplexctl/recordings/interrupt.wav",
     "duplexctl/recordings/barge_in.toml",
+    "duplexctl/report/html/templates/load.html.j2",
 )
 
 

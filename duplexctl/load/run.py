@@ -33,6 +33,7 @@ from duplexctl.load.engine import make_plan
 from duplexctl.load.interrupts import Interrupts
 from duplexctl.load.search import find_capacity, measure_slot_release
 from duplexctl.load.step import run_step
+from duplexctl.report.html.page import command_line
 from duplexctl.report.load_report import cause_counts, render_final, tally_of, write_outputs
 from duplexctl.rundir import announce, prepare_run_dir
 
@@ -133,8 +134,12 @@ def finish(
         if not all_passed(results):
             code = 1
     report["interrupted"] = interrupted
+    report.setdefault("command", command_line(sys.argv))
     if out is not None:
         write_outputs(out, report)
+        from duplexctl.report.html import load_page
+
+        load_page.write(report, out)
     if config.json_output:
         import json
 

@@ -21,6 +21,7 @@ of two apart merge at the longer one (docs/metrics.md "Statistics").
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,23 @@ def rerender(
     overwrite: bool = False,
     json_output: bool = False,
     slos: Sequence[str] = (),
+    html: str | None = None,
+    compare: bool = False,
+    fail_on_regression: float | None = None,
 ) -> int:
-    """The ``report`` command: load, merge, judge, write, plot, print; returns the exit code."""
+    """The ``report`` command: load, merge, judge, write, plot, print; returns the exit code.
+
+    ``--compare`` does not merge: it compares the second run with the first
+    (:mod:`duplexctl.report.compare`)."""
     from duplexctl.report.slo import all_passed, evaluate, parse_slos
+
+    html_path = _html_target(html, results)
+    if fail_on_regression is not None and not compare:
+        raise BadInput("--fail-on-regression needs --compare")
+    if compare:
+        return compare_runs(
+            results, html=html_path, json_output=json_output, fail_on_regression=fail_on_regression
+        )
 
     loaded = [load_result(r) for r in results]
     docs = [doc for _p, doc in loaded]
@@ -133,9 +148,71 @@ def rerender(
         print(json.dumps(report, default=str))
     else:
         render_final(report, rich_table=False)
+    if html_path is not None:
+        from duplexctl.report.html import load_page, page
+
+        page.write_atomic(html_path, load_page.build(report))
+    if out is not None:
+        from duplexctl.report.html import load_page
+
+        load_page.write(report, Path(out))
     for target in targets:
         announce(target)
+    if html_path is not None:
+        print(f"duplexctl: page written to {html_path}", file=sys.stderr)
     return code
+
+
+def compare_runs(
+    results: Sequence[str],
+    *,
+    html: Path | None,
+    json_output: bool,
+    fail_on_regression: float | None,
+) -> int:
+    """``report A B --compare``: printed, ``--json``, ``--html``; exit 1 on a regression
+    beyond ``--fail-on-regression PCT``."""
+    from duplexctl.report.compare import compare, lines, regressions
+
+    if len(results) != 2:
+        raise BadInput(f"--compare takes two runs, A (the baseline) and B; got {len(results)}")
+    if fail_on_regression is not None and not fail_on_regression >= 0:
+        raise BadInput("--fail-on-regression must be a percentage >= 0")
+    doc = compare(results[0], results[1])
+    failing = [] if fail_on_regression is None else regressions(doc, fail_on_regression)
+    doc["fail_on_regression_pct"] = fail_on_regression
+    doc["regressions"] = [f"{r['figure']} {r['stat']}" for r in failing]
+    if json_output:
+        print(json.dumps(doc))
+    else:
+        print("\n".join(lines(doc)))
+    if html is not None:
+        from duplexctl.report.html import compare_page, page
+
+        page.write_atomic(html, compare_page.build(doc, threshold_pct=fail_on_regression))
+        print(f"duplexctl: page written to {html}", file=sys.stderr)
+    if failing:
+        print(
+            f"duplexctl: check failed: regression beyond {fail_on_regression:g} %: "
+            + ", ".join(f"{r['figure']} {r['stat']} {r['change_pct']:+.1f} %" for r in failing),
+            file=sys.stderr,
+        )
+        return CheckFailed.exit_code
+    return 0
+
+
+def _html_target(html: str | None, inputs: Sequence[str]) -> Path | None:
+    """``--html FILE``: a file path (never a directory, never one of the inputs)."""
+    if html is None:
+        return None
+    path = Path(html)
+    if path.is_dir():
+        raise BadInput(f"--html {html}: is a directory (give a file name, e.g. report.html)")
+    if any(path.resolve() == Path(i).resolve() for i in inputs):
+        raise BadInput(f"--html {html}: is one of the inputs")
+    if not path.parent.is_dir():
+        raise BadInput(f"--html {html}: no such directory {path.parent}")
+    return path
 
 
 def _output_dirs(

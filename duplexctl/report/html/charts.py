@@ -1,0 +1,261 @@
+"""The charts of every page, as Vega-Lite specs built with Altair (docs/report.md).
+
+Each function takes plain rows (what the page module computed from the run's files) and
+returns a spec dict; the template renders it with the inlined runtime (``page.py``). Altair
+validates every spec against the Vega-Lite schema when it is built, so a wrong field name
+fails here, in the tests, not as a blank chart in someone's browser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import altair as alt
+
+from duplexctl.report.histogram import LatencyHistogram
+
+WIDTH: Final = 880
+#: HDR percentile axis: x = "nines" = -log10(1 - p), so p90 is 1, p99 2, p99.9 3 …
+NINES_LABELS: Final = "['p0','p90','p99','p99.9','p99.99','p99.999','p99.9999'][datum.value]"
+#: points per decade of the nines axis (p50 … p99.9… resolved as far as n allows)
+_PER_DECADE: Final = 20
+
+Row = dict[str, Any]
+
+
+def percentile_points(hist: LatencyHistogram) -> list[Row]:
+    """The HDR percentile curve of one histogram: (percentile, nines, value) up to the
+    resolution its n allows (1/(1-p) <= n), then the maximum."""
+    n = hist.count
+    if n == 0:
+        return []
+    top = math.log10(n) if n > 1 else 0.0
+    ks = [k for k in range(int(top * _PER_DECADE) + 1)]
+    ps = [100.0 * (1.0 - 10.0 ** (-k / _PER_DECADE)) for k in ks]
+    values = hist.percentiles([*ps, 100.0])
+    rows = [
+        {"nines": k / _PER_DECADE, "percentile": round(p, 5), "value": values[p]}
+        for k, p in zip(ks, ps, strict=True)
+    ]
+    rows.append({"nines": max(top, rows[-1]["nines"]), "percentile": 100.0, "value": hist.max})
+    return rows
+
+
+def percentile_curves(
+    curves: Mapping[str, LatencyHistogram], *, unit: str = "ms", title: str = ""
+) -> dict[str, Any]:
+    """HDR percentile curves, one line per figure, its n in the legend."""
+    rows = [
+        {"figure": f"{name} (n={hist.count:,})", **point}
+        for name, hist in curves.items()
+        for point in percentile_points(hist)
+    ]
+    top = max((r["nines"] for r in rows), default=1.0)
+    chart = (
+        alt.Chart(alt.Data(values=rows), title=title or alt.Undefined)
+        .mark_line(point=alt.OverlayMarkDef(size=12), interpolate="step-after")
+        .encode(
+            x=alt.X(
+                "nines:Q",
+                title="percentile",
+                scale=alt.Scale(domain=[0, max(1.0, math.ceil(top))]),
+                axis=alt.Axis(
+                    values=list(range(0, max(1, math.ceil(top)) + 1)), labelExpr=NINES_LABELS
+                ),
+            ),
+            y=alt.Y("value:Q", title=unit),
+            color=alt.Color("figure:N", title=None, legend=alt.Legend(orient="right")),
+            tooltip=[
+                alt.Tooltip("figure:N"),
+                alt.Tooltip("percentile:Q", format=".4~f"),
+                alt.Tooltip("value:Q", format=",.4~g"),
+            ],
+        )
+        .properties(width=WIDTH - 220, height=260)
+    )
+    return chart.to_dict()
+
+
+def time_panels(
+    rows: Sequence[Row],
+    panels: Sequence[tuple[str, Sequence[str], str]],
+    *,
+    x_max: float,
+) -> dict[str, Any]:
+    """Stacked panels over one time axis: each panel is (title, fields, unit); each row has
+    ``t_s`` (and ``end_s`` when it is a slice: counts are then bars across the slice)."""
+    charts = []
+    x = alt.X("t_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max]))
+    for title, fields, unit in panels:
+        long = [
+            {"t_s": r["t_s"], "end_s": r.get("end_s", r["t_s"]), "series": f, "value": r.get(f)}
+            for r in rows
+            for f in fields
+            if r.get(f) is not None
+        ]
+        tooltip = [
+            alt.Tooltip("t_s:Q", title="from s"),
+            alt.Tooltip("end_s:Q", title="to s"),
+            alt.Tooltip("series:N"),
+            alt.Tooltip("value:Q", format=",.4~g"),
+        ]
+        base = alt.Chart(alt.Data(values=long), title=title)
+        color = alt.Color("series:N", title=None, legend=alt.Legend(orient="right"))
+        if unit == "count":
+            layer = base.mark_bar(opacity=0.75).encode(
+                x=x,
+                x2="end_s:Q",
+                y=alt.Y("value:Q", title=unit).stack(None),
+                color=color,
+                tooltip=tooltip,
+            )
+        else:
+            layer = base.mark_line(
+                interpolate="step-after", point=alt.OverlayMarkDef(size=10)
+            ).encode(x=x, y=alt.Y("value:Q", title=unit), color=color, tooltip=tooltip)
+        charts.append(layer.properties(width=WIDTH - 220, height=110))
+    return alt.vconcat(*charts, spacing=12).resolve_scale(color="independent").to_dict()
+
+
+def capacity_steps(
+    steps: Sequence[Row], *, unit: str, threshold: float | None, stat: str, knee: float | None
+) -> dict[str, Any]:
+    """The capacity search: offered vs achieved per level; the judged percentile per level
+    against its SLO line; the knee (largest level that passed) marked on both."""
+    data = alt.Data(values=list(steps))
+    x = alt.X("level:Q", title=f"offered ({unit})")
+    tooltip = [alt.Tooltip(k) for k in ("level:Q", "achieved:Q", "value:Q", "passed:N", "reason:N")]
+    color = alt.Color(
+        "verdict:N",
+        title="step",
+        scale=alt.Scale(domain=["pass", "fail"], range=["#1a7f37", "#cf222e"]),
+    )
+    offered = (
+        alt.Chart(
+            alt.Data(values=[{"level": 0}, {"level": max((s["level"] for s in steps), default=1)}])
+        )
+        .mark_line(strokeDash=[4, 4], color="#57606a")
+        .encode(x=x, y=alt.Y("level:Q"))
+    )
+    achieved = (
+        alt.Chart(data)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=x, y=alt.Y("achieved:Q", title=f"achieved ({unit})"), color=color, tooltip=tooltip
+        )
+    )
+    layers_a: list[Any] = [offered, achieved]
+    pct = (
+        alt.Chart(data)
+        .mark_point(filled=True, size=70)
+        .encode(x=x, y=alt.Y("value:Q", title=stat), color=color, tooltip=tooltip)
+    )
+    layers_b: list[Any] = [pct]
+    if threshold is not None:
+        layers_b.append(
+            alt.Chart(alt.Data(values=[{"slo": threshold}]))
+            .mark_rule(color="#cf222e", strokeDash=[6, 3])
+            .encode(y="slo:Q")
+        )
+    if knee is not None:
+        rule = (
+            alt.Chart(alt.Data(values=[{"knee": knee}]))
+            .mark_rule(color="#0969da")
+            .encode(x="knee:Q")
+        )
+        layers_a.append(rule)
+        layers_b.append(rule)
+    a = alt.layer(*layers_a, title="offered vs achieved (dashed: achieved = offered; blue: knee)")
+    b = alt.layer(*layers_b, title=f"{stat} per step against its SLO (red dashed)")
+    return alt.hconcat(
+        a.properties(width=380, height=240), b.properties(width=380, height=240)
+    ).to_dict()
+
+
+def counts_bar(rows: Sequence[Row], *, title: str) -> dict[str, Any]:
+    """Horizontal bars: rows of {label, count, kind}."""
+    chart = (
+        alt.Chart(alt.Data(values=list(rows)), title=title)
+        .mark_bar()
+        .encode(
+            y=alt.Y("label:N", title=None, sort="-x"),
+            x=alt.X("count:Q", title="attempts"),
+            color=alt.Color("kind:N", title=None),
+            tooltip=[alt.Tooltip("label:N"), alt.Tooltip("count:Q")],
+        )
+        .properties(width=WIDTH - 420, height=alt.Step(22))
+    )
+    return chart.to_dict()
+
+
+def waveform_timeline(
+    envelope: Sequence[Row], events: Sequence[Row], turns: Sequence[Row], *, x_max: float
+) -> dict[str, Any]:
+    """Both channels' waveforms (min/max envelope per time bin) on one time axis, with the
+    conversation's events as rules and each turn as a shaded span."""
+    x = alt.X("t_s:Q", title="seconds since the run started", scale=alt.Scale(domain=[0, x_max]))
+    panels = []
+    for channel in ("user (as sent)", "assistant (as heard)"):
+        wave = (
+            alt.Chart(alt.Data(values=[e for e in envelope if e["channel"] == channel]))
+            .mark_area(color="#0969da" if channel.startswith("user") else "#8250df", opacity=0.8)
+            .encode(x=x, y=alt.Y("lo:Q", title=None, scale=alt.Scale(domain=[-1, 1])), y2="hi:Q")
+        )
+        spans = (
+            alt.Chart(alt.Data(values=list(turns)))
+            .mark_rect(opacity=0.07, color="#57606a")
+            .encode(x="start_s:Q", x2="end_s:Q", tooltip=[alt.Tooltip("turn:N")])
+        )
+        rules = (
+            alt.Chart(alt.Data(values=[e for e in events if e["lane"] == channel]))
+            .mark_rule(strokeWidth=1.5)
+            .encode(
+                x="t_s:Q",
+                color=alt.Color("event:N", title="event", legend=alt.Legend(orient="right")),
+                tooltip=[
+                    alt.Tooltip("event:N"),
+                    alt.Tooltip("t_s:Q", format=".3f"),
+                    alt.Tooltip("turn:N"),
+                    alt.Tooltip("detail:N"),
+                ],
+            )
+        )
+        panels.append(
+            alt.layer(spans, wave, rules, title=channel).properties(width=WIDTH - 240, height=120)
+        )
+    return alt.vconcat(*panels, spacing=8).resolve_scale(color="shared").to_dict()
+
+
+def comparison_dots(rows: Sequence[Row]) -> dict[str, Any]:
+    """Baseline vs candidate per figure and statistic: the point estimates with their
+    bootstrap confidence intervals; significant changes drawn filled."""
+    base = alt.Chart(alt.Data(values=list(rows)))
+    y = alt.Y("run:N", title=None)
+    bars = base.mark_rule(strokeWidth=2).encode(
+        x=alt.X("ci_low:Q", title="ms"), x2="ci_high:Q", y=y, color="run:N"
+    )
+    dots = base.mark_point(size=70, filled=True).encode(
+        x="value:Q",
+        y=y,
+        color=alt.Color("run:N", title=None),
+        tooltip=[
+            alt.Tooltip("key:N"),
+            alt.Tooltip("run:N"),
+            alt.Tooltip("value:Q", format=",.4~g"),
+            alt.Tooltip("ci_low:Q", format=",.4~g"),
+            alt.Tooltip("ci_high:Q", format=",.4~g"),
+            alt.Tooltip("n:Q"),
+        ],
+    )
+    chart = alt.layer(bars, dots, data=alt.Data(values=list(rows))).properties(
+        width=WIDTH - 360, height=40
+    )
+    return (
+        chart.facet(
+            row=alt.Row("key:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left"))
+        )
+        .resolve_scale(x="independent")
+        .to_dict()
+    )

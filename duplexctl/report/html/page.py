@@ -1,0 +1,129 @@
+"""One page, one file: Jinja2 templates with the Vega-Lite runtime and every style inline.
+
+Why inline: a report is forwarded and opened offline, months later; a page whose scripts
+come from the web breaks when they move (docs/report.md). Why Vega-Lite (through Altair):
+measured against plotly and Bokeh on the same hour-long load run (bench/html_plotting.py),
+its page is the smallest (about 1.0 MB against 1.4 MB and 4.9 MB) and renders fastest in
+headless Chromium; its runtime is inlined from vl-convert's bundle, so nothing is fetched.
+
+Charts are Vega-Lite specs (dicts) rendered by ``vegaEmbed`` into ``<div class="chart">``
+elements as SVG; each chart's div gets ``data-rendered`` when drawn (the browser tests check
+it) and the page's JavaScript does nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from duplexctl import __version__
+
+PAGE_NAME: Final = "report.html"
+#: what the bundle exposes to the page's own script: only vegaEmbed
+_EXPOSE: Final = "window.vegaEmbed = vegaEmbed;"
+
+
+@functools.cache
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("duplexctl.report.html", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = format_number
+    env.filters["pct"] = format_percent
+    return env
+
+
+@functools.cache
+def vega_runtime() -> str:
+    """Vega, Vega-Lite and vega-embed as one script (vl-convert's bundle, no imports)."""
+    import altair as alt
+    import vl_convert
+
+    # the runtime of the Vega-Lite version Altair writes specs for (vl-convert names it v6_4)
+    version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
+    bundle: str = vl_convert.javascript_bundle(_EXPOSE, vl_version=version)
+    # the bundle ends up inside <script>: a literal "</script" in it would close the element
+    return bundle.replace("</script", "<\\/script")
+
+
+def format_number(value: Any, digits: int = 3) -> str:
+    """Numbers as a person reads them: 3 significant digits, thousands kept whole."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "–"
+        if abs(value) >= 10**digits:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def format_percent(value: Any) -> str:
+    if value is None:
+        return "–"
+    return f"{100 * float(value):.3g} %"
+
+
+def render(template: str, *, title: str, charts: Mapping[str, Any], **context: Any) -> str:
+    """The page: ``charts`` maps each chart's element id to its Vega-Lite spec."""
+    env = _environment()
+    return str(
+        env.get_template(template).render(
+            title=title,
+            charts=dict(charts),
+            vega_runtime=vega_runtime() if charts else "",
+            generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            version=__version__,
+            **context,
+        )
+    )
+
+
+def write_atomic(path: Path, html: str) -> Path:
+    """Write then rename: a reader (or a Ctrl-C) never sees half a page."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_beside(build: Callable[[], str], out_dir: Path) -> Path | None:
+    """``--out DIR``'s report.html, written at the end of a run (or on Ctrl-C).
+
+    The run's data is already saved (report.json …) when this is called; a page that cannot
+    be built must not cost the run its exit code, so the failure is one warning line and
+    the JSON stays the record."""
+    try:
+        return write_atomic(out_dir / PAGE_NAME, build())
+    except Exception as exc:  # reported, not raised: see the docstring
+        print(f"duplexctl: warning: {out_dir / PAGE_NAME} not written: {exc!r}", file=sys.stderr)
+        return None
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The command as typed, for the page; an ``--api-key`` value is never written."""
+    words = ["duplexctl", *argv[1:]]
+    for i, word in enumerate(words):
+        if word.startswith("--api-key="):
+            words[i] = "--api-key=***"
+        elif word == "--api-key" and i + 1 < len(words):
+            words[i + 1] = "***"
+    return shlex.join(words)

@@ -1,0 +1,133 @@
+"""Open a duplexctl HTML page in headless Chromium with the network blocked, and report what
+happened: console errors, page errors, requests that left (or tried to leave) the page,
+charts drawn, and a full-page screenshot.
+
+Driver: Python Playwright against Debian's ``/usr/bin/chromium`` (``executable_path``; no
+browser is downloaded). Chromium is started with the flags a test machine needs and an empty
+profile; every request that is not the page's own ``file:`` URL (or an inline ``data:``)
+is aborted and recorded, so a page that needs the network fails its test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def screenshot_path(tmp_path: Path, name: str) -> Path:
+    """Where a test keeps its screenshot: ``$DUPLEXCTL_SCREENSHOTS/NAME.png`` when set (to
+    look at them after the run), else the test's own tmp_path (pytest keeps the last
+    three runs' under its basetemp)."""
+    folder = os.environ.get("DUPLEXCTL_SCREENSHOTS")
+    return (Path(folder) if folder else tmp_path) / f"{name}.png"
+
+
+def chromium_missing() -> str | None:
+    """Why the browser tests cannot run here, or None (install.sh installs both)."""
+    if shutil.which(CHROMIUM) is None:
+        return f"{CHROMIUM} not installed (apt package chromium; bash install.sh)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright not installed (pip install -e '.[dev]')"
+    return None
+
+
+@dataclass
+class Opened:
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    requests_out: list[str] = field(default_factory=list)
+    failed_requests: list[str] = field(default_factory=list)
+    charts: int = 0
+    charts_rendered: int = 0
+    chart_errors: list[str] = field(default_factory=list)
+    svg_marks: int = 0
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def problems(self) -> list[str]:
+        return [
+            *(f"console: {e}" for e in self.console_errors),
+            *(f"page error: {e}" for e in self.page_errors),
+            *(f"request left the page: {u}" for u in self.requests_out),
+            *(f"request failed: {u}" for u in self.failed_requests),
+            *(f"chart error: {e}" for e in self.chart_errors),
+        ]
+
+
+def open_page(path: Path, screenshot: Path, *, evaluate: str | None = None) -> Opened:
+    """Load ``path``, wait until every chart has drawn (or failed), screenshot it."""
+    from playwright.sync_api import sync_playwright
+
+    seen = Opened()
+    with (
+        tempfile.TemporaryDirectory(prefix="duplexctl-chromium-") as profile,
+        sync_playwright() as pw,
+    ):
+        context = pw.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1280, "height": 900},
+            offline=True,
+        )
+        try:
+            page = context.new_page()
+            page.on(
+                "console",
+                lambda m: seen.console_errors.append(m.text) if m.type == "error" else None,
+            )
+            page.on("pageerror", lambda e: seen.page_errors.append(str(e)))
+            page.on("requestfailed", lambda r: seen.failed_requests.append(r.url))
+            page_url = path.resolve().as_uri()
+
+            def route(r: Any) -> None:
+                url = r.request.url
+                if url == page_url or url.startswith("data:"):
+                    r.continue_()
+                else:
+                    seen.requests_out.append(url)
+                    r.abort()
+
+            context.route("**/*", route)
+            page.goto(page_url, wait_until="load", timeout=60_000)
+            page.wait_for_function(
+                "Array.from(document.querySelectorAll('div.chart'))"
+                ".every(e => e.hasAttribute('data-rendered') || e.hasAttribute('data-error'))",
+                timeout=60_000,
+            )
+            seen.charts = page.locator("div.chart").count()
+            seen.charts_rendered = page.locator("div.chart[data-rendered]").count()
+            seen.chart_errors = [
+                str(e)
+                for e in page.eval_on_selector_all(
+                    "div.chart[data-error]", "els => els.map(e => e.id + ': ' + e.dataset.error)"
+                )
+            ]
+            seen.svg_marks = page.evaluate(
+                "document.querySelectorAll('div.chart svg .mark-line path, div.chart svg .mark-symbol path,"
+                " div.chart svg .mark-rect path, div.chart svg .mark-area path, div.chart svg .mark-rule line').length"
+            )
+            if evaluate:
+                seen.facts = page.evaluate(evaluate)
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            context.close()
+    return seen

@@ -1,0 +1,201 @@
+"""The load page (report.html): written by ``load --out`` (also on Ctrl-C) and by
+``duplexctl report RUN… --html FILE``; opened in headless Chromium with the network blocked.
+
+Every page test checks, in the real browser: no console or page error, no request leaving
+the page (or failing), every chart drawn (``data-rendered`` and SVG marks in the DOM), and
+keeps a full-page screenshot (tests/html_browser.py says where).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from html_browser import Opened, chromium_missing, open_page, screenshot_path
+from load_support import ROOT, SHORT, duplexctl_cmd, saved_load_run
+
+from duplexctl.report.html import load_page, page
+
+needs_browser = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
+
+
+def assert_clean(seen: Opened, *, min_charts: int) -> None:
+    assert seen.problems() == []
+    assert seen.charts >= min_charts
+    assert seen.charts_rendered == seen.charts
+    assert seen.svg_marks > 0
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    a = saved_load_run(
+        tmp_path_factory.mktemp("a") / "run", "--slo", "ttfa_p95<=5s", "--slice", "1", duration="4s"
+    )
+    b = saved_load_run(
+        tmp_path_factory.mktemp("b") / "run", "--slo", "ttfa_p95<=5s", "--slice", "1", duration="4s"
+    )
+    return a, b
+
+
+@needs_browser
+def test_load_out_writes_a_page_that_renders_offline(
+    two_runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    run = two_runs[0]
+    html = run / "report.html"
+    assert html.is_file()
+    text = html.read_text()
+    assert "<script src" not in text and "<link" not in text  # everything inline
+    seen = open_page(
+        html,
+        screenshot_path(tmp_path, "load"),
+        evaluate="({verdict: document.getElementById('verdict').textContent,"
+        " slo: document.querySelectorAll('#slo-table tr.pass').length,"
+        " command: (document.getElementById('command') || {}).textContent,"
+        " noServer: !!document.getElementById('no-server-metrics')})",
+    )
+    assert_clean(seen, min_charts=3)  # HDR curves, time slices, admission
+    assert seen.facts["verdict"] == "PASS"
+    assert seen.facts["slo"] == 1
+    assert "--slo" in seen.facts["command"] and "load" in seen.facts["command"]
+    assert seen.facts["noServer"]  # the place for server metrics says there are none
+
+
+@needs_browser
+def test_report_html_merges_runs_into_one_page(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "merged.html"
+    done = subprocess.run(
+        duplexctl_cmd("report", *map(str, two_runs), "--html", str(out)),
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = open_page(
+        out,
+        screenshot_path(tmp_path, "load-merged"),
+        evaluate="document.querySelectorAll('#workers-table tr').length - 1",
+    )
+    assert_clean(seen, min_charts=3)
+    merged = json.loads(
+        json.dumps(two_runs and [json.loads((r / "report.json").read_text()) for r in two_runs])
+    )
+    assert seen.facts == sum(len(r["workers"]) for r in merged)  # every run's workers listed
+    assert "merged from 2 runs" in out.read_text()
+
+
+def test_report_html_refuses_a_directory_and_an_input(two_runs: tuple[Path, Path]) -> None:
+    for target in (str(two_runs[0]), str(two_runs[0] / "report.json")):
+        done = subprocess.run(
+            duplexctl_cmd("report", str(two_runs[0] / "report.json"), "--html", target),
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )  # fmt: skip
+        assert done.returncode == 2
+        assert done.stderr.count("\n") == 1 and "--html" in done.stderr
+
+
+@needs_browser
+def test_ctrl_c_leaves_a_page_of_the_partial_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        duplexctl_cmd(
+            "load", SHORT, "--sessions", "2", "--duration", "60s", "--workers", "1", "--plain",
+            "--out", str(out), "--server-option", "reply_seconds=1",
+        ),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait for the first turn to be counted
+            line = proc.stdout.readline()
+            if not line or ("turns 0 " not in line and " turns " in line):
+                break
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    report = json.loads((out / "report.json").read_text())
+    assert report["interrupted"] is True
+    seen = open_page(
+        out / "report.html",
+        screenshot_path(tmp_path, "load-interrupted"),
+        evaluate="document.getElementById('flags').textContent",
+    )
+    assert_clean(seen, min_charts=1)
+    assert "interrupted" in seen.facts
+
+
+def _server_metrics_report(run: Path) -> dict[str, Any]:
+    report = json.loads((run / "report.json").read_text())
+    report["server_metrics"] = {
+        "source": "http://127.0.0.1:1/metrics",
+        "samples": [
+            {"t_s": float(t), "num_requests_running": t % 3, "kv_cache_usage": 0.1 * t}
+            for t in range(5)
+        ],
+    }
+    return report
+
+
+@needs_browser
+def test_server_metrics_when_present_share_the_time_axis(
+    two_runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    html = page.write_atomic(
+        tmp_path / "sm.html", load_page.build(_server_metrics_report(two_runs[0]))
+    )
+    seen = open_page(
+        html,
+        screenshot_path(tmp_path, "load-server-metrics"),
+        evaluate="!!document.querySelector('#server-metrics[data-rendered] svg')",
+    )
+    assert_clean(seen, min_charts=4)
+    assert seen.facts is True
+
+
+def test_server_metrics_of_unknown_shape_are_shown_not_drawn(two_runs: tuple[Path, Path]) -> None:
+    report = json.loads((two_runs[0] / "report.json").read_text())
+    report["server_metrics"] = {"note": "scrape failed", "errors": 3}
+    html = load_page.build(report)
+    assert 'id="server-metrics"' not in html and "scrape failed" in html
+
+
+def test_invalid_pacing_and_failed_slo_come_first() -> None:
+    verdict, flags = load_page.verdict_of(
+        {
+            "slo": [{"expr": "ttfa_p95<=1ms", "passed": False}],
+            "validity": {"invalid_pacing": True, "note": "lag"},
+        }
+    )
+    assert verdict == ("FAIL", "fail")
+    assert any(text.startswith("invalid_pacing") for text, _level in flags)
+    assert load_page.verdict_of({"validity": {"invalid_pacing": True}})[0] == (
+        "NOT TRUSTED",
+        "warn",
+    )
+
+
+def test_the_api_key_is_never_in_the_command_line() -> None:
+    line = page.command_line(
+        ["x", "load", "--api-key", "sekrit", "--api-key=sekrit2", "--sessions", "2"]
+    )
+    assert "sekrit" not in line and line.startswith("duplexctl load")
+
+
+def test_an_hour_long_run_stays_under_5_mb() -> None:
+    spec = importlib.util.spec_from_file_location("html_size", ROOT / "bench" / "html_size.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = bench.hour_report()
+    html = load_page.build(report)
+    assert report["turns"]["count"] == 36_000
+    assert len(html.encode()) < 5_000_000
