@@ -85,18 +85,24 @@ def time_panels(
     x_max: float,
 ) -> dict[str, Any]:
     """Stacked panels over one time axis: each panel is (title, fields, unit); each row has
-    ``t_s`` (and ``end_s`` when it is a slice: counts are then bars across the slice)."""
+    ``t_s`` (a slice's middle; with ``start_s`` and ``end_s``, counts are bars across it)."""
     charts = []
     x = alt.X("t_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max]))
     for title, fields, unit in panels:
         long = [
-            {"t_s": r["t_s"], "end_s": r.get("end_s", r["t_s"]), "series": f, "value": r.get(f)}
+            {
+                "t_s": r["t_s"],
+                "start_s": r.get("start_s", r["t_s"]),
+                "end_s": r.get("end_s", r["t_s"]),
+                "series": f,
+                "value": r.get(f),
+            }
             for r in rows
             for f in fields
             if r.get(f) is not None
         ]
         tooltip = [
-            alt.Tooltip("t_s:Q", title="from s"),
+            alt.Tooltip("start_s:Q", title="from s"),
             alt.Tooltip("end_s:Q", title="to s"),
             alt.Tooltip("series:N"),
             alt.Tooltip("value:Q", format=",.4~g"),
@@ -105,7 +111,7 @@ def time_panels(
         color = alt.Color("series:N", title=None, legend=alt.Legend(orient="right"))
         if unit == "count":
             layer = base.mark_bar(opacity=0.75).encode(
-                x=x,
+                x=alt.X("start_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max])),
                 x2="end_s:Q",
                 y=alt.Y("value:Q", title=unit).stack(None),
                 color=color,
@@ -113,7 +119,7 @@ def time_panels(
             )
         else:
             layer = base.mark_line(
-                interpolate="step-after", point=alt.OverlayMarkDef(size=10)
+                point=alt.OverlayMarkDef(size=14)
             ).encode(x=x, y=alt.Y("value:Q", title=unit), color=color, tooltip=tooltip)
         charts.append(layer.properties(width=WIDTH - 220, height=110))
     return alt.vconcat(*charts, spacing=12).resolve_scale(color="independent").to_dict()
@@ -229,19 +235,18 @@ def waveform_timeline(
 
 
 def comparison_dots(rows: Sequence[Row]) -> dict[str, Any]:
-    """Baseline vs candidate per figure and statistic: the point estimates with their
-    bootstrap confidence intervals; significant changes drawn filled."""
-    base = alt.Chart(alt.Data(values=list(rows)))
-    y = alt.Y("run:N", title=None)
-    bars = base.mark_rule(strokeWidth=2).encode(
-        x=alt.X("ci_low:Q", title="ms"), x2="ci_high:Q", y=y, color="run:N"
+    """Baseline vs candidate per figure and statistic, side by side on one value axis: the
+    point estimates, and around the candidate the interval its change was judged by."""
+    y = alt.Y("key:N", title=None, sort=None)
+    color = alt.Color(
+        "run:N", title=None, scale=alt.Scale(domain=["A baseline", "B candidate"], range=["#0969da", "#bc4c00"])
     )
-    dots = base.mark_point(size=70, filled=True).encode(
+    base = alt.Chart().encode(y=y, yOffset=alt.YOffset("run:N"), color=color)
+    bars = base.mark_rule(strokeWidth=2).encode(x=alt.X("ci_low:Q", title="ms"), x2="ci_high:Q")
+    dots = base.mark_point(size=60, filled=True).encode(
         x="value:Q",
-        y=y,
-        color=alt.Color("run:N", title=None),
         tooltip=[
-            alt.Tooltip("key:N"),
+            alt.Tooltip("key:N", title="figure"),
             alt.Tooltip("run:N"),
             alt.Tooltip("value:Q", format=",.4~g"),
             alt.Tooltip("ci_low:Q", format=",.4~g"),
@@ -249,13 +254,8 @@ def comparison_dots(rows: Sequence[Row]) -> dict[str, Any]:
             alt.Tooltip("n:Q"),
         ],
     )
-    chart = alt.layer(bars, dots, data=alt.Data(values=list(rows))).properties(
-        width=WIDTH - 360, height=40
-    )
     return (
-        chart.facet(
-            row=alt.Row("key:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left"))
-        )
-        .resolve_scale(x="independent")
+        alt.layer(bars, dots, data=alt.Data(values=list(rows)))
+        .properties(width=WIDTH - 360, height=alt.Step(11))
         .to_dict()
     )

@@ -175,7 +175,7 @@ def slice_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         span = max(s["end_s"] - s["start_s"], 1e-9)
         rows.append(
             {
-                "t_s": s["start_s"],
+                "t_s": (s["start_s"] + s["end_s"]) / 2,
                 "start_s": s["start_s"],
                 "end_s": s["end_s"],
                 "phase": s.get("phase", ""),
@@ -265,7 +265,7 @@ def capacity_chart(capacity: Mapping[str, Any], slos: Sequence[str]) -> dict[str
             slo = parse_slo(expr)
         except ValueError:
             continue
-        if slo.metric == "ttfa_ms" and slo.stat == "p95":
+        if slo.metric in ("ttfa", "ttfa_ms") and slo.stat == "p95":
             threshold = slo.threshold
     return charts.capacity_steps(
         rows,
