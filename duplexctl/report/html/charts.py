@@ -111,16 +111,18 @@ def time_panels(
         color = alt.Color("series:N", title=None, legend=alt.Legend(orient="right"))
         if unit == "count":
             layer = base.mark_bar(opacity=0.75).encode(
-                x=alt.X("start_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max])),
+                x=alt.X(
+                    "start_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max])
+                ),
                 x2="end_s:Q",
                 y=alt.Y("value:Q", title=unit).stack(None),
                 color=color,
                 tooltip=tooltip,
             )
         else:
-            layer = base.mark_line(
-                point=alt.OverlayMarkDef(size=14)
-            ).encode(x=x, y=alt.Y("value:Q", title=unit), color=color, tooltip=tooltip)
+            layer = base.mark_line(point=alt.OverlayMarkDef(size=14)).encode(
+                x=x, y=alt.Y("value:Q", title=unit), color=color, tooltip=tooltip
+            )
         charts.append(layer.properties(width=WIDTH - 220, height=110))
     return alt.vconcat(*charts, spacing=12).resolve_scale(color="independent").to_dict()
 
@@ -239,7 +241,9 @@ def comparison_dots(rows: Sequence[Row]) -> dict[str, Any]:
     point estimates, and around the candidate the interval its change was judged by."""
     y = alt.Y("key:N", title=None, sort=None)
     color = alt.Color(
-        "run:N", title=None, scale=alt.Scale(domain=["A baseline", "B candidate"], range=["#0969da", "#bc4c00"])
+        "run:N",
+        title=None,
+        scale=alt.Scale(domain=["A baseline", "B candidate"], range=["#0969da", "#bc4c00"]),
     )
     base = alt.Chart().encode(y=y, yOffset=alt.YOffset("run:N"), color=color)
     bars = base.mark_rule(strokeWidth=2).encode(x=alt.X("ci_low:Q", title="ms"), x2="ci_high:Q")
