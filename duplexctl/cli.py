@@ -562,6 +562,11 @@ def probe(
     list_probes: Annotated[
         bool, typer.Option("--list", help="List the probes and what each catches.")
     ] = False,
+    out: Annotated[
+        str | None,
+        typer.Option(help="Write report.json and report.html here, updated after each probe."),
+    ] = None,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Probe a server for lifecycle bugs; one verdict per probe, exit 1 if any fails."""
     import asyncio
@@ -601,11 +606,25 @@ def probe(
     def embedded(line: str) -> None:
         print(f"duplexctl: {line}", file=sys.stderr if json_out else sys.stdout)
 
+    out_dir = None
+    if out is not None:
+        from duplexctl.report.html import probe_page
+        from duplexctl.rundir import announce, prepare_run_dir
+
+        out_dir = prepare_run_dir(out, flag="--out", overwrite=overwrite, command="probe")
+    reached: list[dict[str, Any]] = []
+
     def live(result: Any) -> None:
         if not json_out:
             print("\n".join(result_lines(result)), flush=True)
+        if out_dir is not None:  # saved after every probe: a Ctrl-C keeps what was reached
+            reached.append(result.to_dict())
+            probe_page.save(out_dir, {"url": config.url, "partial": True, "results": reached})
 
     report = asyncio.run(probe_target(config, on_result=live, on_embedded=embedded))
+    if out_dir is not None:
+        probe_page.save(out_dir, report.to_dict())
+        announce(out_dir)
     if json_out:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,12 @@ def rerender(
         return compare_runs(
             results, html=html_path, json_output=json_output, fail_on_regression=fail_on_regression
         )
+    if html_path is not None and len(results) == 1 and (page_of := _replay_or_probe(results[0])):
+        from duplexctl.report.html import page
+
+        page.write_atomic(html_path, page_of())
+        print(f"duplexctl: page written to {html_path}", file=sys.stderr)
+        return 0
 
     loaded = [load_result(r) for r in results]
     docs = [doc for _p, doc in loaded]
@@ -199,6 +205,28 @@ def compare_runs(
         )
         return CheckFailed.exit_code
     return 0
+
+
+def _replay_or_probe(result: str) -> Callable[[], str] | None:
+    """A saved replay or probe run renders its own page (nothing to merge); None for the
+    rest, which must then be load reports (:func:`load_result` says so if not)."""
+    p = Path(result)
+    file = p / "report.json" if p.is_dir() else p
+    try:
+        doc = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # load_result gives the one-line error
+    if not isinstance(doc, dict):
+        return None
+    if doc.get("command") == "replay":
+        from duplexctl.report.html import replay_page
+
+        return lambda: replay_page.build(file.parent)
+    if doc.get("kind") == "duplexctl.probe":
+        from duplexctl.report.html import probe_page
+
+        return lambda: probe_page.build(doc)
+    return None
 
 
 def _html_target(html: str | None, inputs: Sequence[str]) -> Path | None:

@@ -278,6 +278,9 @@ class Replay:
                 report["admission"], report["cause"] = admission, cause
         artifacts.write_report(report)
         artifacts.close()
+        from duplexctl.report.html import replay_page
+
+        replay_page.write(artifacts.dir)
 
 
 async def run_replay(

@@ -263,3 +263,36 @@ def comparison_dots(rows: Sequence[Row]) -> dict[str, Any]:
         .properties(width=WIDTH - 360, height=alt.Step(11))
         .to_dict()
     )
+
+
+def evidence_timeline(evidence: Sequence[Row], *, title: str) -> dict[str, Any]:
+    """A failed probe's trace: each frame or note at its time, one row per connection,
+    coloured by direction (out = client → server, in = server → client, net, note)."""
+    rows = [
+        {
+            "t_ms": e["t_ms"],
+            "conn": e.get("conn", ""),
+            "dir": e.get("dir", ""),
+            "type": e.get("type", ""),
+            "detail": e.get("detail", ""),
+        }
+        for e in evidence
+    ]
+    chart = (
+        alt.Chart(alt.Data(values=rows), title=f"{title}: evidence")
+        .mark_point(filled=True, size=80, shape="diamond")
+        .encode(
+            x=alt.X("t_ms:Q", title="ms since the probe started"),
+            y=alt.Y("conn:N", title="connection"),
+            color=alt.Color("dir:N", title="direction"),
+            tooltip=[
+                alt.Tooltip("t_ms:Q", format=".1f"),
+                alt.Tooltip("conn:N"),
+                alt.Tooltip("dir:N"),
+                alt.Tooltip("type:N"),
+                alt.Tooltip("detail:N"),
+            ],
+        )
+        .properties(width=WIDTH - 240, height=alt.Step(28))
+    )
+    return chart.to_dict()
