@@ -9,8 +9,9 @@ DOM, best of ``--repeat`` runs. Run:
 
     .venv/bin/python bench/html_plotting.py [--repeat 3]
 
-Needs plotly, bokeh, altair, vl-convert-python and playwright (only this script needs the
-last four) and Debian's chromium. Results go in BENCHMARKS.md and docs/report.md.
+Needs plotly and bokeh (this script only: ``.venv/bin/pip install plotly bokeh``) besides
+the dev install (altair, vl-convert-python, playwright) and Debian's chromium. Results are in
+BENCHMARKS.md and docs/report.md.
 """
 
 from __future__ import annotations

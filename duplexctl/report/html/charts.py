@@ -99,7 +99,7 @@ def time_panels(
             }
             for r in rows
             for f in fields
-            if r.get(f) is not None
+            if r.get(f) is not None and not (unit == "count" and r.get(f) == 0)  # no empty bars
         ]
         tooltip = [
             alt.Tooltip("start_s:Q", title="from s"),
