@@ -5,6 +5,7 @@
   printed), stopped with SIGTERM at the end.
 * :func:`saved_load_run`: a short ``duplexctl load`` against the embedded server, written to
   a directory (what ``duplexctl report`` reads).
+* :func:`ctrl_c_when`: Ctrl-C a running command once it is ready (or after a bound).
 * Hostile peers on loopback for failure causes: a closed port, a plain HTTP server, a
   websocket server that drops the TCP connection right after the upgrade.
 """
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,24 @@ def saved_load_run(out: Path, *extra: str, duration: str = "2s") -> Path:
     )
     assert run.returncode == 0, run.stderr
     return out
+
+
+def ctrl_c_when(
+    proc: subprocess.Popen[str], ready: Callable[[], bool], *, timeout_s: float = 60.0
+) -> int:
+    """SIGINT ``proc`` once ``ready()`` (polled, or after ``timeout_s``), wait for it to
+    finish, and return its exit code; killed if it outlives the bound."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 def closed_port_url() -> str:

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from html_browser import Opened, chromium_missing, open_page, screenshot_path
-from load_support import ROOT, SHORT, duplexctl_cmd, saved_load_run
+from load_support import ROOT, SHORT, ctrl_c_when, duplexctl_cmd, saved_load_run
 
 from duplexctl.report.html import load_page, page
 
@@ -108,20 +106,14 @@ def test_ctrl_c_leaves_a_page_of_the_partial_run(tmp_path: Path) -> None:
         ),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
     )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait for the first turn to be counted
-            line = proc.stdout.readline()
-            if not line or ("turns 0 " not in line and " turns " in line):
-                break
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130
+    assert proc.stdout is not None
+    stdout = proc.stdout
+
+    def a_turn_counted() -> bool:
+        line = stdout.readline()
+        return not line or (" turns " in line and "turns 0 " not in line)
+
+    assert ctrl_c_when(proc, a_turn_counted) == 130
     report = json.loads((out / "report.json").read_text())
     assert report["interrupted"] is True
     seen = open_page(

@@ -5,14 +5,12 @@ with the network blocked (tests/html_browser.py)."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from html_browser import Opened, chromium_missing, open_page, screenshot_path
-from load_support import ROOT, duplexctl_cmd, serve
+from load_support import ROOT, ctrl_c_when, duplexctl_cmd, serve
 
 needs_browser = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
 SCENARIOS = ROOT / "duplexctl" / "recordings"
@@ -91,18 +89,8 @@ def test_replay_ctrl_c_leaves_a_page(tmp_path: Path) -> None:
         duplexctl_cmd("replay", str(SCENARIOS / "two_turns.toml"), "--out", str(out)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        events = out / "events.jsonl"
-        while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 5000):
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130
+    events = out / "events.jsonl"
+    assert ctrl_c_when(proc, lambda: events.exists() and events.stat().st_size > 5000) == 130
     seen = open_page(
         out / "report.html",
         screenshot_path(tmp_path, "replay-interrupted"),

@@ -51,9 +51,9 @@ def comparison_chart(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def build(doc: Mapping[str, Any], *, threshold_pct: float | None = None) -> str:
     verdict = verdict_of(doc)
-    return page.render(
+    return page.render_verdict(
         "compare.html.j2",
-        title=f"duplexctl compare — {verdict[0]}",
+        command="compare",
         charts={"compare": comparison_chart(doc)} if doc["rows"] else {},
         verdict=verdict,
         doc=doc,

@@ -90,9 +90,9 @@ def build(report: Mapping[str, Any]) -> str:
     if adm_rows:
         specs["admission"] = charts.counts_bar(adm_rows, title="connection attempts by outcome")
     verdict, flags = verdict_of(report)
-    return page.render(
+    return page.render_verdict(
         "load.html.j2",
-        title=f"duplexctl load — {verdict[0]}",
+        command="load",
         charts=specs,
         r=report,
         verdict=verdict,

@@ -96,6 +96,26 @@ def render(template: str, *, title: str, charts: Mapping[str, Any], **context: A
     )
 
 
+def render_verdict(
+    template: str,
+    *,
+    command: str,
+    verdict: tuple[str, str],
+    charts: Mapping[str, Any],
+    flags: Sequence[tuple[str, str]] = (),
+    **context: Any,
+) -> str:
+    """A run's page: titled by its verdict (word, css class), the flags that qualify it."""
+    return render(
+        template,
+        title=f"duplexctl {command} — {verdict[0]}",
+        charts=charts,
+        verdict=verdict,
+        flags=list(flags),
+        **context,
+    )
+
+
 def write_atomic(path: Path, html: str) -> Path:
     """Write then rename: a reader (or a Ctrl-C) never sees half a page."""
     path.parent.mkdir(parents=True, exist_ok=True)

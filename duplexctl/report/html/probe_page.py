@@ -36,9 +36,9 @@ def build(doc: Mapping[str, Any]) -> str:
     counts: dict[str, int] = {}
     for r in results:
         counts[r.get("verdict", "?")] = counts.get(r.get("verdict", "?"), 0) + 1
-    return page.render(
+    return page.render_verdict(
         "probe.html.j2",
-        title=f"duplexctl probe — {verdict[0]}",
+        command="probe",
         charts=specs,
         d=doc,
         verdict=verdict,

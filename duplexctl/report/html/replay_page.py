@@ -180,9 +180,9 @@ def build(run_dir: Path) -> str:
             rows, found, turn_spans(events, turn_of), x_max=x_max
         )
     verdict, flags = verdict_of(report)
-    return page.render(
+    return page.render_verdict(
         "replay.html.j2",
-        title=f"duplexctl replay — {verdict[0]}",
+        command="replay",
         charts=specs,
         r=report,
         verdict=verdict,
