@@ -191,3 +191,24 @@ def test_an_hour_long_run_stays_under_5_mb() -> None:
     html = load_page.build(report)
     assert report["turns"]["count"] == 36_000
     assert len(html.encode()) < 5_000_000
+
+
+@needs_browser
+def test_capacity_search_page_shows_the_steps_and_the_knee(tmp_path: Path) -> None:
+    out = saved_load_run(
+        tmp_path / "cap",
+        "--find-capacity", "--step-duration", "3s", "--max-level", "2", "--slo", "ttfa_p95<=5s",
+        "--server-option", "reply_seconds=0.5", "--server-option", "disconnect_grace_s=1",
+    )  # fmt: skip
+    steps = json.loads((out / "report.json").read_text())["capacity_search"]["steps"]
+    seen = open_page(
+        out / "report.html",
+        screenshot_path(tmp_path, "load-capacity"),
+        evaluate="({rows: document.querySelectorAll('#capacity-table tr').length - 1,"
+        " points: document.querySelectorAll('#capacity svg .mark-symbol.role-mark path').length,"
+        " rules: document.querySelectorAll('#capacity svg .mark-rule.role-mark line').length})",
+    )
+    assert_clean(seen, min_charts=4)
+    assert seen.facts["rows"] == len(steps) >= 1
+    assert seen.facts["points"] == 2 * len(steps)  # achieved and the percentile, per step
+    assert seen.facts["rules"] >= 3  # the SLO line and the knee on both charts

@@ -13,8 +13,10 @@ it) and the page's JavaScript does nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
+import hashlib
 import os
 import shlex
 import sys
@@ -47,15 +49,37 @@ def _environment() -> Any:
 
 @functools.cache
 def vega_runtime() -> str:
-    """Vega, Vega-Lite and vega-embed as one script (vl-convert's bundle, no imports)."""
+    """Vega, Vega-Lite and vega-embed as one script (vl-convert's bundle, no imports).
+
+    vl-convert bundles on every call (about 2 s), so the bundle is kept on disk per
+    vl-convert version, Vega-Lite version and snippet: a run's page then costs about a
+    quarter of a second, not two (the test suite writes hundreds)."""
+    import importlib.metadata
+
     import altair as alt
-    import vl_convert
 
     # the runtime of the Vega-Lite version Altair writes specs for (vl-convert names it v6_4)
     version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
+    tool = importlib.metadata.version("vl-convert-python")
+    tag = hashlib.sha256(f"{tool} {version} {_EXPOSE}".encode()).hexdigest()[:16]
+    cache = _cache_dir() / f"vega-runtime-{tag}.js"
+    try:
+        return cache.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    import vl_convert
+
     bundle: str = vl_convert.javascript_bundle(_EXPOSE, vl_version=version)
     # the bundle ends up inside <script>: a literal "</script" in it would close the element
-    return bundle.replace("</script", "<\\/script")
+    bundle = bundle.replace("</script", "<\\/script")
+    with contextlib.suppress(OSError):  # no writable cache: bundle again next time
+        write_atomic(cache, bundle)
+    return bundle
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "duplexctl"
 
 
 def format_number(value: Any, digits: int = 3) -> str:
