@@ -97,6 +97,7 @@ def test_comparison_page_renders_offline(runs: dict[str, Path], tmp_path: Path) 
     [
         (["--compare"], "two runs"),
         (["--fail-on-regression", "5"], "needs --compare"),
+        (["--compare", "--slo", "ttfa_p95<=1s"], "not used with --compare"),
     ],
 )
 def test_bad_compare_input_is_one_line_exit_2(

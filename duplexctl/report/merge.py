@@ -113,6 +113,9 @@ def rerender(
     if fail_on_regression is not None and not compare:
         raise BadInput("--fail-on-regression needs --compare")
     if compare:
+        unused = [flag for flag, v in (("--out", out), ("--plot", plot), ("--slo", slos)) if v]
+        if unused:
+            raise BadInput(f"{', '.join(unused)}: not used with --compare (it merges nothing)")
         return compare_runs(
             results, html=html_path, json_output=json_output, fail_on_regression=fail_on_regression
         )
