@@ -212,3 +212,17 @@ def test_capacity_search_page_shows_the_steps_and_the_knee(tmp_path: Path) -> No
     assert seen.facts["rows"] == len(steps) >= 1
     assert seen.facts["points"] == 2 * len(steps)  # achieved and the percentile, per step
     assert seen.facts["rules"] >= 3  # the SLO line and the knee on both charts
+
+
+def test_what_a_run_says_is_text_never_markup(two_runs: tuple[Path, Path]) -> None:
+    """Settings, causes and server data reach the page as text: a scenario's instructions
+    holding a script tag cannot close the page's script elements or run."""
+    report = json.loads((two_runs[0] / "report.json").read_text())
+    hostile = "</script><script>alert(1)</script>"
+    report["config"]["instructions"] = hostile
+    report["admission"]["causes"] = {hostile: 1}
+    report["workers"][0]["node"] = hostile
+    html = load_page.build(report)
+    assert "<script>alert(1)" not in html
+    assert html.count("</script>") == 2  # the runtime's and the charts' own
+    assert "<th>node</th>" in html  # workers that name their node get a column for it
