@@ -45,7 +45,7 @@ AUDIO_AND_TURNS = """(async () => {
           turns: document.querySelectorAll('h3[id^=turn-]').length,
           held: document.querySelectorAll('table.expectations tr.pass').length,
           verdict: document.getElementById('verdict').textContent,
-          rules: document.querySelectorAll('#timeline svg .mark-rule line').length};
+          rules: document.querySelectorAll('#timeline svg .mark-rule.role-mark line').length};
 })()"""
 
 
@@ -90,14 +90,20 @@ def test_replay_ctrl_c_leaves_a_page(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
     events = out / "events.jsonl"
-    assert ctrl_c_when(proc, lambda: events.exists() and events.stat().st_size > 5000) == 130
+
+    def answering() -> bool:  # stopped while the first answer is playing
+        return events.exists() and "response.output_audio.delta" in events.read_text()
+
+    assert ctrl_c_when(proc, answering) == 130
     seen = open_page(
         out / "report.html",
         screenshot_path(tmp_path, "replay-interrupted"),
-        evaluate="document.getElementById('verdict').textContent",
+        evaluate="({verdict: document.getElementById('verdict').textContent,"
+        " rules: document.querySelectorAll('#timeline svg .mark-rule.role-mark line').length})",
     )
     _clean(seen)
-    assert seen.facts == "INTERRUPTED"
+    assert seen.facts["verdict"] == "INTERRUPTED"
+    assert seen.facts["rules"] >= 2  # what happened before the stop is on the timeline
 
 
 @needs_browser
