@@ -226,3 +226,15 @@ def test_what_a_run_says_is_text_never_markup(two_runs: tuple[Path, Path]) -> No
     assert "<script>alert(1)" not in html
     assert html.count("</script>") == 2  # the runtime's and the charts' own
     assert "<th>node</th>" in html  # workers that name their node get a column for it
+
+
+def test_a_page_that_cannot_be_built_is_one_warning_not_a_failed_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken() -> str:
+        raise ValueError("no such field")
+
+    assert page.write_beside(broken, tmp_path) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning" in err and "report.html not written" in err
+    assert not (tmp_path / "report.html").exists()
