@@ -18,11 +18,12 @@ from typing import Any, Final
 import numpy as np
 
 from duplexctl.audio.playback import PlaybackClock
+from duplexctl.behaviour.timeline import ASSISTANT
 from duplexctl.protocol.client_state import AudioDelta
 from duplexctl.protocol.playback_duty import EVENT_ACK_EVERY_S, PlaybackDuty
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.state import LiveTurn, Play, RunState, now_ns
-from duplexctl.units import NS_PER_S
+from duplexctl.units import NS_PER_MS, NS_PER_S
 
 # headless: the journal needs trimming, not frequent acks (it also drops entries after 60 s
 # and holds 8 MiB, docs/protocol.md §6.6: a talking session journals ~8 kB/s). Every 2 s keeps
@@ -61,7 +62,8 @@ class ReplayPlayback:
         clock = play.clock
         now_s = h.recv_ns / NS_PER_S
         duration = h.audio_end_ms - h.audio_start_ms
-        if run.artifacts is not None and not play.flushed and duration > 0 and h.pcm:
+        heard = run.artifacts is not None or run.timeline is not None
+        if heard and not play.flushed and duration > 0 and h.pcm:
             due = clock.due_time()
             start = now_s + run.config.prebuffer_ms / 1000 if due is None else max(due, now_s)
             samples = np.frombuffer(h.pcm, dtype="<i2").astype(np.float32) / 32768.0
@@ -141,8 +143,8 @@ class ReplayPlayback:
                 del self._writing[rid]
 
     def _write_heard(self, play: Play, until_s: float) -> None:
-        artifacts = self.run.artifacts
-        if artifacts is None:
+        artifacts, timeline = self.run.artifacts, self.run.timeline
+        if artifacts is None and timeline is None:
             return
         while play.pending:
             start, samples, rate, written = play.pending[0]
@@ -151,7 +153,11 @@ class ReplayPlayback:
             upto = min(samples.size, int((until_s - start) * rate))
             if upto > written:
                 at_ns = int((start + written / rate) * NS_PER_S)
-                artifacts.assistant_heard(samples[written:upto], rate, at_ns)
+                if artifacts is not None:
+                    artifacts.assistant_heard(samples[written:upto], rate, at_ns)
+                if timeline is not None:
+                    at_ms = (at_ns - self.run.origin_ns) / NS_PER_MS
+                    timeline.add(ASSISTANT, samples[written:upto], rate, at_ms)
                 play.pending[0][3] = upto
             if upto < samples.size:
                 return

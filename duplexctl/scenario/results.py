@@ -18,6 +18,9 @@ from typing import Any
 
 from duplexctl import __version__
 from duplexctl.audio.pacer import Pacer
+from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
+from duplexctl.behaviour.figures import Figures, conversation_figures
+from duplexctl.behaviour.timeline import ASSISTANT, USER
 from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
@@ -81,7 +84,27 @@ def run_figures(report: dict[str, Any]) -> dict[str, float]:
         "resume_failures": conn.get("resume_failures", 0),
         "resume_ms": max(conn.get("resume_ms") or [0.0]),
         "unanswered_turns": report.get("unanswered_turns", 0),
+        **{k: v for k, v in report.get("behaviour", {}).items() if k in BEHAVIOUR_ORIGINS},
     }
+
+
+def behaviour_figures(run: RunState) -> Figures:
+    """The conversation's behaviour figures, from the run's timeline and what the script
+    placed on it (docs/metrics.md "Conversation behaviour")."""
+    timeline = run.timeline
+    assert timeline is not None
+    off = run.user_offset_ms or 0.0
+    return conversation_figures(
+        timeline.segments(USER),
+        timeline.segments(ASSISTANT),
+        pauses=[(off + p0, off + p1) for p0, p1 in run.pauses_u],
+        turn_ends=[off + t.speech_end_u for t in run.turns if t.speech_end_u is not None],
+        interruptions=[
+            off + t.speech_start_u
+            for t in run.turns
+            if t.interrupts is not None and t.speech_start_u is not None
+        ],
+    )
 
 
 class ReplayReport:
@@ -210,6 +233,8 @@ class ReplayReport:
             },
             "measurement_origins": {"connection": RUN_ORIGINS},
         }
+        if run.timeline is not None:
+            report["behaviour"] = behaviour_figures(run).to_json()
         if run.completed or not run.interrupted:
             run_checked, run_failed = self._run_expectations(report)
             report["expectations"]["checked"] += run_checked

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from duplexctl.audio.playback import PlaybackClock
 from duplexctl.audio.sendgrid import SendGrid
+from duplexctl.behaviour.timeline import ConversationTimeline
 from duplexctl.client.connection import ConnectionLostError, DuplexConnection
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.report.artifacts import RunArtifacts
@@ -155,6 +156,11 @@ class RunState:
         self.origin_ns = now_ns()
         self.conn: DuplexConnection | None = None
         self.artifacts: RunArtifacts | None = None
+        # the aligned timeline of the behaviour figures (replay; None headless) and what
+        # the script placed on it: pauses inside turns, on the user timeline u
+        self.timeline: ConversationTimeline | None = None if headless else ConversationTimeline()
+        self.user_offset_ms: float | None = None  # timeline ms - u, fixed by the first append
+        self.pauses_u: list[tuple[float, float]] = []
         self.turns: list[LiveTurn] = []
         self.by_response: dict[str, LiveTurn] = {}
         self.plays: dict[str, Play] = {}

@@ -203,7 +203,12 @@ class Responses:
             audio = self._model.reply_audio(turn.audio)
             native = ctx.config.model_profile == "native"
             speak_meta = {"session_id": ctx.id, "epoch": r.epoch, "model_speak": True}
-            stream = self._model.stream(audio, self._gpu, submitted_at=time.monotonic())
+            stream = self._model.stream(
+                audio,
+                self._gpu,
+                submitted_at=time.monotonic(),
+                first_audio_at=ctx.behaviour.first_audio_at(),
+            )
             n_units = max(1, -(-audio.size // max(1, int(24000 * ctx.config.chunk_ms / 1000))))
             async for chunk in stream:
                 if not self._live(r):
