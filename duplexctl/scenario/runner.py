@@ -51,7 +51,7 @@ from duplexctl.report.artifacts import RunArtifacts
 from duplexctl.report.turns import TurnRecord
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.clips import SpokenClip, load_clips
-from duplexctl.scenario.config import ReplayConfig
+from duplexctl.scenario.config import ReplayConfig, check_pauses
 from duplexctl.scenario.listener import Listener
 from duplexctl.scenario.microphone import ScriptedMicrophone
 from duplexctl.scenario.model import Scenario
@@ -308,6 +308,7 @@ async def run_replay(
         loop.remove_signal_handler(signum)
 
     settings = config.settings
+    check_pauses(scenario, config)
     clips = load_clips(scenario, settings.input_rate, settings.input_format_canonical)
     for clip in clips.values():
         if clip.clip.conversion:

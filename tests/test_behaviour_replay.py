@@ -1,0 +1,158 @@
+"""The behaviour figures of ``replay``, proven against the reference model's known behaviour.
+
+A real ``duplexctl serve`` process is told how to behave (``--behaviour``: the ground
+truth); real ``duplexctl replay`` processes run the bundled scenarios against it over
+loopback; the figures read off the two channels must give the truth back: stop latency and
+response gap within 30 ms, the takeover rate within its binomial interval over 50 trials.
+Every assertion would fail without the behaviour (the server's defaults give other values)
+or without the figure (no ``behaviour`` section).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serving(*args: str) -> Iterator[str]:
+    """A ``duplexctl serve`` process (fast first audio, long replies) with ``args``."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "duplexctl", "serve", "--port", str(port)]
+    cmd += ["--ttfa-ms", "100", "--reply-seconds", "4", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("reference server did not start") from None
+                time.sleep(0.2)
+        yield f"ws://127.0.0.1:{port}/v1/realtime?duplex=1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def replay(url: str, scenario: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """One ``duplexctl replay --json`` process; its exit code and report."""
+    cmd = [sys.executable, "-m", "duplexctl", "replay", str(RECORDINGS / scenario)]
+    cmd += ["--url", url, "--json", "--prebuffer-ms", "0", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_stop_latency_is_the_models_within_30_ms() -> None:
+    for truth, code_expected in ((300.0, 0), (600.0, 1)):
+        with serving("--behaviour", f"stop-latency-ms={truth:g}") as url:
+            code, report = replay(url, "interruption.toml")
+        figures = report["behaviour"]
+        assert figures["interruptions"] == 1
+        assert abs(figures["stop_latency_ms"] - truth) <= 30.0, figures
+        # both spoke from the onset until the assistant stopped, but for the user's own gaps
+        overlapped = figures["trials"]["interrupt_overlap_ms"][0]
+        assert 0 < overlapped <= figures["stop_latency_ms"]
+        # the scenario's [expect] stop_latency_ms = "<400" holds for 300, fails for 600
+        assert code == code_expected, report["expectations"]
+
+
+def test_response_gap_is_the_models_within_30_ms() -> None:
+    with serving("--behaviour", "response-gap-ms=1000") as url:
+        code, report = replay(url, "turn_taking.toml")
+    figures = report["behaviour"]
+    assert code == 0, report["expectations"]
+    assert figures["turn_ends"] == 2 and figures["no_response_rate"] == 0
+    gaps = figures["trials"]["response_gaps_ms"]
+    assert len(gaps) == 2 and all(abs(g - 1000.0) <= 30.0 for g in gaps), gaps
+
+
+def _binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+
+
+def test_takeover_rate_within_its_binomial_interval_over_50_pauses() -> None:
+    p, runs = 0.5, 5  # 5 concurrent sessions x 10 pauses = 50 independent trials
+    with serving("--max-sessions", str(runs), "--behaviour", f"takeover-on-pause={p}") as url:
+        with ThreadPoolExecutor(runs) as pool:
+            results = list(pool.map(lambda _: replay(url, "pause.toml"), range(runs)))
+    trials = sum(r["behaviour"]["pause_trials"] for _, r in results)
+    takeovers = sum(r["behaviour"]["trials"]["takeovers"] for _, r in results)
+    assert trials == 50
+    # a two-sided 99.9 % acceptance region of Binomial(50, 0.5): [14, 36]
+    assert _binomial_tail(trials, takeovers, p) > 0.0005
+    assert 1 - _binomial_tail(trials, takeovers - 1, p) > 0.0005
+    for code, report in results:
+        figures = report["behaviour"]
+        assert figures["takeover_rate"] == figures["trials"]["takeovers"] / 10
+        # [expect] takeover = false: holds exactly in the runs without a takeover
+        assert code == (1 if figures["takeover"] else 0), report["expectations"]
+
+
+def test_a_polite_model_never_takes_over() -> None:
+    with serving() as url:
+        code, report = replay(url, "pause.toml")
+    figures = report["behaviour"]
+    assert code == 0 and figures["pause_trials"] == 10
+    assert figures["takeover"] is False and figures["takeover_rate"] == 0.0
+    assert figures["no_response_rate"] == 0.0  # the real end of the turn is answered
+
+
+def test_a_pause_the_server_vad_would_end_is_2_with_one_line(tmp_path: Path) -> None:
+    scenario = tmp_path / "p.toml"
+    scenario.write_text(
+        '[settings]\nturn_detection = "server_vad"\nvad_silence_ms = 800\n'
+        f'[[step]]\naction = "say"\nfile = "{RECORDINGS / "short_ack.wav"}"\n'
+        f'[[step]]\naction = "pause"\nms = 800\nfile = "{RECORDINGS / "short_ack.wav"}"\n'
+    )
+    cmd = [sys.executable, "-m", "duplexctl", "replay", str(scenario)]
+    cmd += ["--url", f"ws://127.0.0.1:{_free_port()}/v1/realtime"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "duplexctl: error: step 2: pause: 800 ms would end the turn: server VAD commits "
+        "after 800 ms of silence (use a shorter pause or a longer vad_silence_ms)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("takeover-on-pause=1.5", "is a probability"),
+        ("stop-latency-ms=-1", "must be a finite number >= 0"),
+        ("response-gap-ms", "needs a value"),
+        ("backchannel=2", "unknown behaviour 'backchannel'"),
+    ],
+)
+def test_bad_behaviour_is_2_with_one_line(spec: str, message: str) -> None:
+    cmd = [sys.executable, "-m", "duplexctl", "serve", "--port", "0", "--behaviour", spec]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in done.stderr
