@@ -99,9 +99,12 @@ def _binomial_tail(n: int, k: int, p: float) -> float:
 
 def test_takeover_rate_within_its_binomial_interval_over_50_pauses() -> None:
     p, runs = 0.5, 5  # 5 concurrent sessions x 10 pauses = 50 independent trials
-    with serving("--max-sessions", str(runs), "--behaviour", f"takeover-on-pause={p}") as url:
-        with ThreadPoolExecutor(runs) as pool:
-            results = list(pool.map(lambda _: replay(url, "pause.toml"), range(runs)))
+    behaviour = f"takeover-on-pause={p}"
+    with (
+        serving("--max-sessions", str(runs), "--behaviour", behaviour) as url,
+        ThreadPoolExecutor(runs) as pool,
+    ):
+        results = list(pool.map(lambda _: replay(url, "pause.toml"), range(runs)))
     trials = sum(r["behaviour"]["pause_trials"] for _, r in results)
     takeovers = sum(r["behaviour"]["trials"]["takeovers"] for _, r in results)
     assert trials == 50
