@@ -170,3 +170,25 @@ def conversation_figures(
         span = voice[-1].end_ms - voice[0].start_ms
         f.mutual_silence_ms = span - sum(s.duration_ms for s in voice)
     return f
+
+
+def summary_line(behaviour: dict[str, Any]) -> str:
+    """One line of a report's ``behaviour`` section, the figures that have trials."""
+    bits = ["behaviour:"]
+    if behaviour.get("pause_trials"):
+        bits.append(
+            f"takeover {behaviour['trials']['takeovers']}/{behaviour['pause_trials']} pauses"
+        )
+    if "response_gap_ms" in behaviour:
+        bits.append(f"response_gap_ms max {behaviour['response_gap_ms']:g}")
+    if behaviour.get("turn_ends"):
+        unanswered = behaviour["trials"]["no_response"]
+        bits.append(f"unanswered turn ends {unanswered}/{behaviour['turn_ends']}")
+    if "stop_latency_ms" in behaviour:
+        bits.append(f"stop_latency_ms max {behaviour['stop_latency_ms']:g}")
+    per_min = behaviour.get("backchannels_per_min")
+    backchannels = f"backchannels {behaviour.get('backchannels', 0)}"
+    bits.append(backchannels + (f" ({per_min:g}/min)" if per_min is not None else ""))
+    bits.append(f"overlap_ms {behaviour.get('overlap_ms', 0):g}")
+    bits.append(f"mutual_silence_ms {behaviour.get('mutual_silence_ms', 0):g}")
+    return " ".join(bits[:1]) + " " + ", ".join(bits[1:])
