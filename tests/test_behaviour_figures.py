@@ -7,20 +7,24 @@ import numpy as np
 import pytest
 
 from duplexctl.behaviour.activity import Segment
-from duplexctl.behaviour.figures import conversation_figures
+from duplexctl.behaviour.figures import ScriptedEvents, conversation_figures
 from duplexctl.behaviour.timeline import ASSISTANT, USER, ConversationTimeline
 
 
-def S(a: float, b: float) -> Segment:  # noqa: N802 - reads like the notation of the docs
+def S(a: float, b: float) -> Segment:
     return Segment(a, b)
 
 
 def test_takeover_needs_more_than_a_second_of_speech_started_in_the_pause() -> None:
     user = [S(0, 1000), S(2500, 3500)]
     pauses = [(1000.0, 2500.0)]
-    took = conversation_figures(user, [S(1300, 2600)], pauses=pauses)
-    short = conversation_figures(user, [S(1300, 2200)], pauses=pauses)  # 900 ms: a backchannel?
-    before = conversation_figures(user, [S(500, 2600)], pauses=pauses)  # started in speech
+    took = conversation_figures(user, [S(1300, 2600)], ScriptedEvents(pauses=pauses))
+    short = conversation_figures(
+        user, [S(1300, 2200)], ScriptedEvents(pauses=pauses)
+    )  # 900 ms: a backchannel?
+    before = conversation_figures(
+        user, [S(500, 2600)], ScriptedEvents(pauses=pauses)
+    )  # started in speech
     assert (took.takeovers, short.takeovers, before.takeovers) == (1, 0, 0)
     assert took.summary()["takeover"] is True and took.summary()["takeover_rate"] == 1.0
     assert short.summary()["takeover"] is False
@@ -28,27 +32,27 @@ def test_takeover_needs_more_than_a_second_of_speech_started_in_the_pause() -> N
 
 def test_response_gap_is_signed_and_a_turn_end_without_answer_is_counted() -> None:
     user = [S(0, 1000), S(4000, 5000)]
-    f = conversation_figures(user, [S(800, 2000)], turn_ends=[1000.0, 5000.0])
+    f = conversation_figures(user, [S(800, 2000)], ScriptedEvents(turn_ends=[1000.0, 5000.0]))
     assert f.response_gaps_ms == [-200.0]  # the assistant started 200 ms early: overlap
     assert f.no_response == 1 and f.summary()["no_response_rate"] == 0.5
-    late = conversation_figures(user, [S(1700, 2000)], turn_ends=[1000.0])
+    late = conversation_figures(user, [S(1700, 2000)], ScriptedEvents(turn_ends=[1000.0]))
     assert late.response_gaps_ms == [700.0]
 
 
 def test_stop_latency_from_the_detected_onset_to_the_end_of_the_assistant() -> None:
     user = [S(0, 1000), S(3020, 4000)]
     assistant = [S(1500, 3330)]
-    f = conversation_figures(user, assistant, interruptions=[3000.0])
+    f = conversation_figures(user, assistant, ScriptedEvents(interruptions=[3000.0]))
     assert f.stop_latencies_ms == [pytest.approx(310.0)]  # onset as detected: 3020
     assert f.interrupt_overlap_ms == [pytest.approx(310.0)]
-    idle = conversation_figures(user, [S(1500, 2500)], interruptions=[3000.0])
+    idle = conversation_figures(user, [S(1500, 2500)], ScriptedEvents(interruptions=[3000.0]))
     assert idle.stop_latencies_ms == []  # nothing was playing: nothing to stop
 
 
 def test_backchannels_overlap_and_mutual_silence() -> None:
     user = [S(0, 6000)]
     assistant = [S(1000, 1400), S(3000, 3500), S(7000, 9000)]
-    f = conversation_figures(user, assistant)
+    f = conversation_figures(user, assistant, ScriptedEvents())
     assert f.backchannels == 2
     assert f.summary()["backchannels_per_min"] == pytest.approx(2 / 0.1)
     assert f.overlap_ms == 900.0

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import soundfile as sf
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
+from duplexctl.behaviour.activity import voice_activity
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -159,3 +161,38 @@ def test_bad_behaviour_is_2_with_one_line(spec: str, message: str) -> None:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in done.stderr
+
+
+def _sample(folder: Path) -> tuple[Any, Any, int]:
+    user, rate = sf.read(str(folder / "input.wav"), dtype="float32")
+    model, rate_out = sf.read(str(folder / "output.wav"), dtype="float32")
+    assert rate == rate_out == 16000 and user.shape == model.shape
+    return user, model, rate
+
+
+def test_full_duplex_bench_export_has_one_sample_per_event(tmp_path: Path) -> None:
+    """``--out`` also writes Full-Duplex-Bench's layout; each pause sample's output holds the
+    takeover (more than 1 s of speech starting inside the pause its pause.json names)."""
+    with serving("--behaviour", "takeover-on-pause=1") as url:
+        replay(url, "pause.toml", "--out", str(tmp_path / "p"))
+        code, _ = replay(url, "interruption.toml", "--out", str(tmp_path / "i"))
+    assert code == 0
+    pauses = sorted((tmp_path / "p" / "full_duplex_bench" / "pause_handling").iterdir())
+    assert len(pauses) == 10
+    for folder in pauses:
+        _, model, rate = _sample(folder)
+        ((mark,),) = [json.loads((folder / "pause.json").read_text())]
+        assert mark["text"] == "[PAUSE]"
+        start_s, end_s = mark["timestamp"]
+        spoken = voice_activity(model, rate)
+        assert any(
+            start_s * 1000 <= seg.start_ms <= end_s * 1000 and seg.duration_ms > 1000
+            for seg in spoken
+        ), (folder, spoken, mark)
+    assert (tmp_path / "p" / "full_duplex_bench" / "smooth_turn_taking" / "1").is_dir()
+    folder = tmp_path / "i" / "full_duplex_bench" / "user_interruption" / "1"
+    _sample(folder)
+    (meta,) = json.loads((folder / "interrupt.json").read_text())
+    assert meta["context"].startswith("Hello there.")
+    assert meta["interrupt"].startswith("Wait, stop.")
+    assert 0 < meta["timestamp"][0] < meta["timestamp"][1]

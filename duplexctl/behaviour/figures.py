@@ -43,6 +43,18 @@ ORIGINS: Final[dict[str, str]] = {
 BOOLEAN_FIGURES: Final = frozenset({"takeover"})
 
 
+@dataclass(frozen=True, slots=True)
+class ScriptedEvents:
+    """What the script placed on the timeline (ms): pauses inside turns, the real ends of
+    turns, the scripted onsets of interruptions (and what was said before and over them)."""
+
+    pauses: Sequence[tuple[float, float]] = ()
+    turn_ends: Sequence[float] = ()
+    interruptions: Sequence[float] = ()
+    interruption_ends: Sequence[float] = ()  # where the interrupting speech ends
+    interruption_texts: Sequence[tuple[str, str]] = ()
+
+
 @dataclass(slots=True)
 class Figures:
     """One conversation's figures; lists keep every trial (the maxima are in ``summary``)."""
@@ -130,18 +142,15 @@ def _onset(user: Sequence[Segment], scripted_ms: float) -> float:
 def conversation_figures(
     user: Sequence[Segment],
     assistant: Sequence[Segment],
-    *,
-    pauses: Sequence[tuple[float, float]] = (),
-    turn_ends: Sequence[float] = (),
-    interruptions: Sequence[float] = (),
+    events: ScriptedEvents,
 ) -> Figures:
     """The figures (docs/metrics.md "Conversation behaviour") of one conversation."""
     f = Figures()
-    for p0, p1 in pauses:
+    for p0, p1 in events.pauses:
         f.pause_trials += 1
         if any(p0 <= a.start_ms <= p1 and a.duration_ms > TAKEOVER_MS for a in assistant):
             f.takeovers += 1
-    for end in turn_ends:
+    for end in events.turn_ends:
         f.turn_ends += 1
         later_user = [u.start_ms for u in user if u.start_ms > end + ONSET_MATCH_MS]
         horizon = min(later_user) if later_user else float("inf")
@@ -150,7 +159,7 @@ def conversation_figures(
             f.no_response += 1
             continue
         f.response_gaps_ms.append(min(starts) - end)
-    for scripted in interruptions:
+    for scripted in events.interruptions:
         onset = _onset(user, scripted)
         playing = [a for a in assistant if a.start_ms <= onset < a.end_ms]
         if not playing:

@@ -278,6 +278,8 @@ class Replay:
                 report["admission"], report["cause"] = admission, cause
         artifacts.write_report(report)
         artifacts.close()
+        if self.state.timeline is not None:
+            self.report.export_full_duplex_bench(artifacts.dir)
 
 
 async def run_replay(
