@@ -26,12 +26,12 @@ ORIGINS: Final[dict[str, str]] = {
     "takeover": "any pause trial in which the assistant spoke for more than 1 s (true/false)",
     "takeover_rate": "pause trials with assistant speech longer than 1 s starting inside the "
     "pause / pause trials (n = pause_trials)",
-    "response_gap_ms": "the longest assistant speech start - user speech end, at real turn "
-    "ends (signed: negative when the assistant started before the user finished)",
+    "response_gap_ms": "assistant speech start - user speech end, at a real turn end (signed: "
+    "negative when the assistant started before the user finished); replay: the longest",
     "no_response_rate": "real turn ends followed by no assistant speech before the user "
     "speaks again (or the run ends) / real turn ends",
-    "stop_latency_ms": "the longest end of assistant speech - onset of user speech over it, "
-    "as heard",
+    "stop_latency_ms": "end of assistant speech - onset of the user's speech over it, as "
+    "heard; replay: the longest",
     "backchannels": "assistant utterances shorter than 1 s started while the user speaks",
     "backchannels_per_min": "backchannels / minutes of user speech",
     "overlap_ms": "time both channels carry voice",
@@ -96,6 +96,20 @@ class Figures:
                 self.backchannels / (self.user_speech_ms / 60000.0), 3
             )
         return out
+
+    def counts(self) -> dict[str, int]:
+        """What ``load`` adds up across sessions (``behaviour.`` + name), rates with their n."""
+        return {
+            "behaviour.pause_trials": self.pause_trials,
+            "behaviour.takeovers": self.takeovers,
+            "behaviour.turn_ends": self.turn_ends,
+            "behaviour.unanswered_turn_ends": self.no_response,
+            "behaviour.interruptions": len(self.stop_latencies_ms),
+            "behaviour.backchannels": self.backchannels,
+            "behaviour.user_speech_ms": round(self.user_speech_ms),
+            "behaviour.overlap_ms": round(self.overlap_ms),
+            "behaviour.mutual_silence_ms": round(self.mutual_silence_ms),
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {

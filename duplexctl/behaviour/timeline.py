@@ -26,29 +26,48 @@ class ConversationTimeline:
         self._frames = [0, 0]  # frames in use on each channel
 
     def add(self, channel: int, samples: np.ndarray, rate: int, at_ms: float) -> None:
-        """Place mono float ``samples`` at ``rate`` on ``channel`` starting at ``at_ms``."""
+        """Place mono float ``samples`` at ``rate`` on ``channel`` starting at ``at_ms``.
+
+        Cheap enough for every append of every ``load`` session (a few microseconds for
+        100 ms): the start is rounded to a whole sample (1/16 ms at 16 kHz) and the frames
+        are summed as one head, whole frames by reshaping, and one tail."""
+        per = round(rate * self.frame_ms / 1000.0)
+        start = round(at_ms * rate / 1000.0)
+        if start < 0:
+            samples, start = samples[-start:], 0
         n = int(samples.size)
         if n == 0:
             return
-        first = at_ms * rate / 1000.0
-        per_frame = rate * self.frame_ms / 1000.0
-        index = np.floor((first + np.arange(n)) / per_frame).astype(np.int64)
-        keep = index >= 0
-        if not keep.all():
-            index, samples = index[keep], samples[keep]
-            if index.size == 0:
-                return
-        lo = int(index[0])
-        squares = np.square(np.asarray(samples, dtype=np.float64)) / per_frame
-        sums = np.bincount(index - lo, weights=squares)
+        x = np.asarray(samples, dtype=np.float32)
+        squares = x * x
+        head = min(n, (-start) % per)
+        whole = (n - head) // per
+        tail = n - head - whole * per
+        parts = np.empty((head > 0) + whole + (tail > 0))
+        k = 0
+        if head:
+            parts[0] = squares[:head].sum(dtype=np.float64)
+            k = 1
+        if whole:
+            body = squares[head : head + whole * per].reshape(whole, per)
+            parts[k : k + whole] = body.sum(axis=1, dtype=np.float64)
+        if tail:
+            parts[-1] = squares[n - tail :].sum(dtype=np.float64)
+        parts /= per
+        lo = start // per
+        end = lo + len(parts)
         energy = self._energy[channel]
-        end = lo + sums.size
         if end > energy.size:
             grown = np.zeros(max(end, 2 * energy.size))
             grown[: energy.size] = energy
             energy = self._energy[channel] = grown
-        energy[lo:end] += sums
+        energy[lo:end] += parts
         self._frames[channel] = max(self._frames[channel], end)
+
+    def cut(self, channel: int, from_ms: float) -> None:
+        """Nothing of ``channel`` was heard from ``from_ms`` on (a flushed answer)."""
+        first = max(0, int(np.ceil(from_ms / self.frame_ms)))
+        self._energy[channel][first : self._frames[channel]] = 0.0
 
     def length_ms(self) -> float:
         return self.frame_ms * max(self._frames)

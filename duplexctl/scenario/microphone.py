@@ -106,15 +106,19 @@ class ScriptedMicrophone:
             turn.commit_u = turn.speech_end_u + tail_ms
         self._next_mark_ms = min(self._next_mark_ms, turn.next_mark())
 
-    def _on_timeline(self, samples: np.ndarray, audio_end_ms: float, sent_ns: int) -> None:
-        """The append onto the behaviour timeline, at its place on the pacer's schedule."""
+    def _on_timeline(
+        self, samples: np.ndarray, silent: bool, audio_end_ms: float, sent_ns: int
+    ) -> None:
+        """The append onto the behaviour timeline, at its place on the pacer's schedule
+        (the first append's send fixes where ``u`` = 0 is); silence adds nothing."""
         run = self.run
         assert run.timeline is not None
         rate = self.queue.rate
         u_start = audio_end_ms - 1000.0 * samples.size / rate
         if run.user_offset_ms is None:
             run.user_offset_ms = (sent_ns - run.origin_ns) / NS_PER_MS - u_start
-        run.timeline.add(USER, samples, rate, run.user_offset_ms + u_start)
+        if not silent:
+            run.timeline.add(USER, samples, rate, run.user_offset_ms + u_start)
 
     @property
     def position_ms(self) -> float:
@@ -173,7 +177,7 @@ class ScriptedMicrophone:
             if run.artifacts is not None:
                 run.artifacts.user_audio(chunk.samples, sent)
             if run.timeline is not None:
-                self._on_timeline(chunk.samples, chunk.audio_end_ms, sent)
+                self._on_timeline(chunk.samples, chunk.silent, chunk.audio_end_ms, sent)
             if chunk.audio_end_ms >= self._next_mark_ms:
                 await self._marks(chunk.audio_end_ms, sent)
             if duty is not None:  # headless: this loop is the session's only timer

@@ -67,8 +67,12 @@ class ReplayPlayback:
             due = clock.due_time()
             start = now_s + run.config.prebuffer_ms / 1000 if due is None else max(due, now_s)
             samples = np.frombuffer(h.pcm, dtype="<i2").astype(np.float32) / 32768.0
-            play.pending.append([start, samples, h.sample_rate_hz, 0])
-            self._writing[h.response_id] = play
+            if run.timeline is not None:  # placed when it will play; a flush cuts it
+                at_ms = start * 1000.0 - run.origin_ns / NS_PER_MS
+                run.timeline.add(ASSISTANT, samples, h.sample_rate_hz, at_ms)
+            if run.artifacts is not None:
+                play.pending.append([start, samples, h.sample_rate_hz, 0])
+                self._writing[h.response_id] = play
         first = clock.first_audible is None
         clock.receive(now_s, duration)
         if first and clock.first_audible is not None and self.duty is not None:
@@ -85,6 +89,8 @@ class ReplayPlayback:
             return
         self._write_heard(play, at_ns / NS_PER_S)
         heard = play.clock.flush(at_ns / NS_PER_S)
+        if self.run.timeline is not None:
+            self.run.timeline.cut(ASSISTANT, (at_ns - self.run.origin_ns) / NS_PER_MS)
         play.pending.clear()
         self._writing.pop(play.response_id, None)
         if self.duty is not None:
@@ -143,8 +149,8 @@ class ReplayPlayback:
                 del self._writing[rid]
 
     def _write_heard(self, play: Play, until_s: float) -> None:
-        artifacts, timeline = self.run.artifacts, self.run.timeline
-        if artifacts is None and timeline is None:
+        artifacts = self.run.artifacts
+        if artifacts is None:
             return
         while play.pending:
             start, samples, rate, written = play.pending[0]
@@ -153,11 +159,7 @@ class ReplayPlayback:
             upto = min(samples.size, int((until_s - start) * rate))
             if upto > written:
                 at_ns = int((start + written / rate) * NS_PER_S)
-                if artifacts is not None:
-                    artifacts.assistant_heard(samples[written:upto], rate, at_ns)
-                if timeline is not None:
-                    at_ms = (at_ns - self.run.origin_ns) / NS_PER_MS
-                    timeline.add(ASSISTANT, samples[written:upto], rate, at_ms)
+                artifacts.assistant_heard(samples[written:upto], rate, at_ns)
                 play.pending[0][3] = upto
             if upto < samples.size:
                 return

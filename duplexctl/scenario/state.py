@@ -156,9 +156,9 @@ class RunState:
         self.origin_ns = now_ns()
         self.conn: DuplexConnection | None = None
         self.artifacts: RunArtifacts | None = None
-        # the aligned timeline of the behaviour figures (replay; None headless) and what
-        # the script placed on it: pauses inside turns, on the user timeline u
-        self.timeline: ConversationTimeline | None = None if headless else ConversationTimeline()
+        # the aligned timeline of the behaviour figures (replay's and each load session's)
+        # and what the script placed on it: pauses inside turns, on the user timeline u
+        self.timeline: ConversationTimeline | None = ConversationTimeline()
         self.user_offset_ms: float | None = None  # timeline ms - u, fixed by the first append
         self.pauses_u: list[tuple[float, float]] = []
         self.turns: list[LiveTurn] = []
