@@ -209,7 +209,7 @@ def serve(
         list[str] | None,
         typer.Option(
             help="Model behaviour with known ground truth (server VAD sessions): "
-            "takeover-on-pause=P,stop-latency-ms=M,response-gap-ms=G (repeatable)."
+            "takeover-on-pause=P,backchannel-rate=R,stop-latency-ms=M,response-gap-ms=G (repeatable)."
         ),
     ] = None,
 ) -> None:

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -63,7 +64,7 @@ def serving(*args: str) -> Iterator[str]:
 
 def replay(url: str, scenario: str, *args: str) -> tuple[int, dict[str, Any]]:
     """One ``duplexctl replay --json`` process; its exit code and report."""
-    cmd = [sys.executable, "-m", "duplexctl", "replay", str(RECORDINGS / scenario)]
+    cmd = [sys.executable, "-m", "duplexctl", "replay", str(RECORDINGS / scenario)]  # or a path
     cmd += ["--url", url, "--json", "--prebuffer-ms", "0", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
     assert done.stdout, done.stderr
@@ -196,3 +197,47 @@ def test_full_duplex_bench_export_has_one_sample_per_event(tmp_path: Path) -> No
     assert meta["context"].startswith("Hello there.")
     assert meta["interrupt"].startswith("Wait, stop.")
     assert 0 < meta["timestamp"][0] < meta["timestamp"][1]
+
+
+def _poisson_cdf(k: int, mean: float) -> float:
+    return sum(math.exp(-mean) * mean**i / math.factorial(i) for i in range(k + 1))
+
+
+def test_backchannels_per_minute_within_their_poisson_interval(tmp_path: Path) -> None:
+    """40 s of continuous voiced sound in one turn: the model backchannels 30 times a minute
+    of it; the count read off the channels lies in the Poisson interval of that rate over
+    the user speech the channels hold (the model skips the time its own backchannel plays,
+    about 400 ms each: a bias of a few percent, well inside the interval)."""
+    rate, seconds = 16000, 40.0
+    t = np.arange(int(seconds * rate)) / rate
+    voiced = (0.1 * np.sin(2 * np.pi * 180 * t) * (1 + 0.3 * np.sin(2 * np.pi * 3 * t))).astype(
+        np.float32
+    )
+    wav = tmp_path / "long.wav"
+    sf.write(str(wav), np.concatenate([np.zeros(4800), voiced, np.zeros(rate)]), rate)
+    scenario = tmp_path / "long.toml"
+    scenario.write_text(
+        '[settings]\nturn_detection = "server_vad"\n'
+        f'[[step]]\naction = "say"\nfile = "{wav}"\n[[step]]\naction = "wait"\n'
+        '[expect]\nbackchannels = ">=1"\n'
+    )
+    with serving("--behaviour", "backchannel-rate=30") as url:
+        code, report = replay(url, str(scenario))
+    figures = report["behaviour"]
+    assert code == 0, report["expectations"]
+    expected = 30.0 * figures["user_speech_ms"] / 60000.0
+    assert figures["user_speech_ms"] >= 39000
+    k = figures["backchannels"]
+    assert _poisson_cdf(k, expected) > 0.0005 and 1 - _poisson_cdf(k - 1, expected) > 0.0005, (
+        k,
+        expected,
+    )
+    assert figures["no_response_rate"] == 0.0  # backchannels answer no turn: the end is answered
+
+
+def test_a_model_that_never_backchannels_fails_the_expectation() -> None:
+    with serving() as url:
+        code, report = replay(url, "backchannel.toml")
+    assert report["behaviour"]["backchannels"] == 0
+    assert code == 1
+    assert [f["name"] for f in report["expectations"]["failed"]] == ["backchannels"]

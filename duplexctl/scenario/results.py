@@ -112,7 +112,8 @@ def scripted_events(run: RunState) -> ScriptedEvents:
 
 def spoken_text(source: str | None) -> str:
     """What a bundled recording says (its manifest), else nothing known."""
-    entry = manifest.bundled().get(source) if source and manifest.bundled() else None
+    bundled = manifest.bundled()
+    entry = bundled.get(source) if source and bundled is not None else None
     return entry.text if entry is not None else ""
 
 

@@ -226,12 +226,13 @@ class RunState:
                 return turn
         return self.turns[-1] if self.turns else None
 
-    def assign(self, response_id: str) -> LiveTurn:
-        """The turn ``response_id`` answers (an unsolicited turn when none is waiting)."""
+    def assign(self, response_id: str, *, backchannel: bool = False) -> LiveTurn:
+        """The turn ``response_id`` answers (an unsolicited turn when none is waiting, or
+        when it is a backchannel: it answers no turn)."""
         turn = self.by_response.get(response_id)
         if turn is not None:
             return turn
-        turn = self.awaiting(need_eos=False)
+        turn = None if backchannel else self.awaiting(need_eos=False)
         if turn is None:  # an answer nobody asked for (a split utterance, a model-native turn)
             turn = self.new_turn(step=0, source=None)
             turn.times.end_mode = "unsolicited"

@@ -10,6 +10,10 @@ behaviour") are proven against a truth that is known, not guessed:
   with probability P: the utterance is committed there and answered at once;
 * ``stop-latency-ms=M``: after server VAD hears the user start speaking over a reply, the
   model keeps speaking until M ms after the onset of that speech, then the reply is cut;
+* ``backchannel-rate=R``: while the user speaks, the model utters short acknowledgements
+  ("mm-hm": ``BACKCHANNEL_MS`` of audio, a response marked ``metadata.backchannel``, outside
+  the conversation, first audio at once) at random, R per minute of the user's speech (a
+  Poisson process over the appends that end in speech);
 * ``response-gap-ms=G``: a reply's first audio leaves the server G ms after the end of the
   user's speech (instead of ``ttfa_ms`` after the commit), when the commit came earlier.
 
@@ -22,10 +26,14 @@ without it the server does not know where speech starts and ends.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
 VAD_RATE = 16000  # the server VAD's input clock
+
+#: how long a backchannel is (well under the 1 s that tells a backchannel from a turn)
+BACKCHANNEL_MS = 400.0
 
 #: silence inside an utterance after which the model decides whether to take over
 TAKEOVER_DECIDE_MS = 200.0
@@ -36,6 +44,7 @@ class Behaviour:
     """What ``--behaviour`` asked for; the defaults are the model's behaviour without it."""
 
     takeover_on_pause: float = 0.0
+    backchannel_rate: float = 0.0
     stop_latency_ms: float = 0.0
     response_gap_ms: float | None = None
 
@@ -44,6 +53,7 @@ class Behaviour:
         problem."""
         values = {
             "takeover-on-pause": self.takeover_on_pause,
+            "backchannel-rate": self.backchannel_rate,
             "stop-latency-ms": self.stop_latency_ms,
             "response-gap-ms": self.response_gap_ms,
         }
@@ -65,6 +75,7 @@ class Behaviour:
             values[key] = value
         return Behaviour(
             takeover_on_pause=float(values["takeover-on-pause"] or 0.0),
+            backchannel_rate=float(values["backchannel-rate"] or 0.0),
             stop_latency_ms=float(values["stop-latency-ms"] or 0.0),
             response_gap_ms=values["response-gap-ms"],
         )
@@ -118,6 +129,13 @@ class SessionBehaviour:
             return False
         self._decided_end_ms = speech_end_ms
         return self._rng.random() < p
+
+    def backchannels(self, speech_ms: float) -> bool:
+        """Whether the model backchannels during ``speech_ms`` of the user's speech."""
+        rate = self.behaviour.backchannel_rate
+        if rate <= 0:
+            return False
+        return self._rng.random() < 1.0 - math.exp(-rate * speech_ms / 60000.0)
 
     def first_audio_at(self) -> float | None:
         """When a reply to the speech that just ended must be heard from (``response-gap``)."""

@@ -175,6 +175,11 @@ class TurnLane(_Lane):
                     self._vad_commit(decided(verdict.stopped))
                 elif behaviour.takes_over(vad.speech_end_ms, position_ms):
                     self._vad_commit(vad.speech_end_ms)  # the model takes the turn: a pause
+                elif position_ms - vad.speech_end_ms < 40 and behaviour.backchannels(duration_ms):
+                    self._responses.start(  # "mm-hm" while the user still speaks
+                        Turn(None, None, backchannel=True),
+                        options={"metadata": {"backchannel": True}, "conversation": "none"},
+                    )
                 return
             utterance.silence_since_commit = True
             self._ctx.listen("silence_or_noise")
