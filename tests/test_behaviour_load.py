@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from load_support import duplexctl_cmd
 from test_behaviour_replay import serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _load(url: str, scenario: str, out: Path, *args: str) -> dict:
-    cmd = [sys.executable, "-m", "duplexctl", "load", str(RECORDINGS / scenario), "--url", url]
+    cmd = duplexctl_cmd("load", str(RECORDINGS / scenario), "--url", url)
     cmd += ["--workers", "1", "--plain", "--out", str(out), "--prebuffer-ms", "0"]
     cmd += ["--turn-detection", "server_vad", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)

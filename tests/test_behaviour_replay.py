@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -26,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile as sf
+from load_support import duplexctl_cmd, free_port, serve
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 from duplexctl.behaviour.activity import voice_activity
@@ -33,38 +30,16 @@ from duplexctl.behaviour.activity import voice_activity
 pytestmark = pytest.mark.timeout(300)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serving(*args: str) -> Iterator[str]:
     """A ``duplexctl serve`` process (fast first audio, long replies) with ``args``."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "duplexctl", "serve", "--port", str(port)]
-    cmd += ["--ttfa-ms", "100", "--reply-seconds", "4", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("reference server did not start") from None
-                time.sleep(0.2)
-        yield f"ws://127.0.0.1:{port}/v1/realtime?duplex=1"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    with serve("--ttfa-ms", "100", "--reply-seconds", "4", *args) as (url, _):
+        yield url
 
 
 def replay(url: str, scenario: str, *args: str) -> tuple[int, dict[str, Any]]:
     """One ``duplexctl replay --json`` process; its exit code and report."""
-    cmd = [sys.executable, "-m", "duplexctl", "replay", str(RECORDINGS / scenario)]  # or a path
+    cmd = duplexctl_cmd("replay", str(RECORDINGS / scenario))  # bundled, or a path
     cmd += ["--url", url, "--json", "--prebuffer-ms", "0", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
     assert done.stdout, done.stderr
@@ -137,8 +112,7 @@ def test_a_pause_the_server_vad_would_end_is_2_with_one_line(tmp_path: Path) -> 
         f'[[step]]\naction = "say"\nfile = "{RECORDINGS / "short_ack.wav"}"\n'
         f'[[step]]\naction = "pause"\nms = 800\nfile = "{RECORDINGS / "short_ack.wav"}"\n'
     )
-    cmd = [sys.executable, "-m", "duplexctl", "replay", str(scenario)]
-    cmd += ["--url", f"ws://127.0.0.1:{_free_port()}/v1/realtime"]
+    cmd = duplexctl_cmd("replay", str(scenario), "--url", f"ws://127.0.0.1:{free_port()}/v1")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert done.stderr.strip() == (
@@ -157,7 +131,7 @@ def test_a_pause_the_server_vad_would_end_is_2_with_one_line(tmp_path: Path) -> 
     ],
 )
 def test_bad_behaviour_is_2_with_one_line(spec: str, message: str) -> None:
-    cmd = [sys.executable, "-m", "duplexctl", "serve", "--port", "0", "--behaviour", spec]
+    cmd = duplexctl_cmd("serve", "--port", "0", "--behaviour", spec)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
-from duplexctl.behaviour.activity import Segment
+import numpy as np
+import soundfile as sf
+
+from duplexctl.behaviour.activity import Segment, voice_activity
 
 #: assistant speech longer than this during a pause takes the turn (Full-Duplex-Bench v1's
 #: ``turn_duration_threshold``, applied to voice activity instead of transcribed words)
@@ -21,6 +25,8 @@ TAKEOVER_MS: Final = 1000.0
 BACKCHANNEL_MS: Final = 1000.0
 #: how far a detected onset may be from the scripted one and still be the same speech
 ONSET_MATCH_MS: Final = 150.0
+#: how far after a rough turn end (an append's send) the real end of speech may lie
+SNAP_MS: Final = 250.0
 
 ORIGINS: Final[dict[str, str]] = {
     "takeover": "any pause trial in which the assistant spoke for more than 1 s (true/false)",
@@ -215,3 +221,20 @@ def summary_line(behaviour: dict[str, Any]) -> str:
     bits.append(f"overlap_ms {behaviour.get('overlap_ms', 0):g}")
     bits.append(f"mutual_silence_ms {behaviour.get('mutual_silence_ms', 0):g}")
     return " ".join(bits[:1]) + " " + ", ".join(bits[1:])
+
+
+def recorded_figures(conversation_wav: Path, approximate_turn_ends: Sequence[float]) -> Figures:
+    """The figures of a recorded conversation (``talk --record``'s ``conversation.wav``:
+    user left, assistant right, ms from its start) whose turn ends are known only roughly
+    (the send of the append that carried each, up to one append early): each is taken as
+    the end of the user's detected speech nearest after it, within ``SNAP_MS``."""
+    data, rate = sf.read(str(conversation_wav), dtype="float32", always_2d=True)
+    if data.shape[0] == 0 or data.shape[1] < 2:
+        return Figures()
+    user = voice_activity(np.ascontiguousarray(data[:, 0]), int(rate))
+    assistant = voice_activity(np.ascontiguousarray(data[:, 1]), int(rate))
+    ends = []
+    for rough in approximate_turn_ends:
+        near = [u.end_ms for u in user if rough - ONSET_MATCH_MS <= u.end_ms <= rough + SNAP_MS]
+        ends.append(min(near, key=lambda e: abs(e - rough)) if near else rough)
+    return conversation_figures(user, assistant, ScriptedEvents(turn_ends=ends))
