@@ -14,14 +14,18 @@ silence, ``followup.wav``'s speech. Each is measured clean and with white noise 
 
 For every signal it prints the error of each known boundary (speech start, speech end, and
 the pause's two edges), the worst per condition, and whether the pause was found at all.
-The goal (issue 21): every boundary within 30 ms.
+The goal (issue 21): every boundary within 30 ms. It also times what keeping the timeline
+costs a ``load`` session: :meth:`ConversationTimeline.add` of one 100 ms append (µs).
 
     .venv/bin/python bench/behaviour_vad.py
 """
 
 from __future__ import annotations
 
+import os
+import platform
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +38,7 @@ import itertools
 from duplexctl.audio import manifest
 from duplexctl.audio.vad import speech_segments
 from duplexctl.behaviour.activity import voice_activity
+from duplexctl.behaviour.timeline import USER, ConversationTimeline
 
 RATE = 16000
 LEAD_MS, TAIL_MS, PAUSE_MS = 300.0, 1000.0, 1200.0
@@ -92,7 +97,22 @@ def found(segments: list[tuple[float, float]], n_bounds: int) -> list[float] | N
     return bounds
 
 
+def timeline_cost_us(n: int = 20000) -> float:
+    """Mean µs of one 100 ms, 16 kHz append placed on the behaviour timeline."""
+    timeline = ConversationTimeline()
+    block = np.random.default_rng(0).standard_normal(1600).astype(np.float32) * 0.1
+    start = time.perf_counter()
+    for k in range(n):
+        timeline.add(USER, block, RATE, 3.3 + 100.0 * k)
+    return (time.perf_counter() - start) / n * 1e6
+
+
 def main() -> None:
+    print(f"$ {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(
+        f"machine: nproc {os.cpu_count()}, Python {platform.python_version()}, "
+        f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
+    )
     detectors = {
         "energy": lambda x: speech_segments(x, RATE),
         "activity": lambda x: [(s.start_ms, s.end_ms) for s in voice_activity(x, RATE)],
@@ -119,6 +139,7 @@ def main() -> None:
         label = "clean" if snr is None else f"{snr:.0f}dB"
         row = "  ".join(f"{det}={worst[(label, det)]:.1f}" for det in detectors)
         print(f"  {label:>6}: {row}")
+    print(f"\ntimeline: {timeline_cost_us():.1f} us per 100 ms append (ConversationTimeline.add)")
 
 
 if __name__ == "__main__":
