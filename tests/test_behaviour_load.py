@@ -50,3 +50,15 @@ def test_stop_latency_and_takeover_rate_under_load(tmp_path: Path) -> None:
     assert b["takeover_rate"] == b["takeovers"] / 50
     assert 14 <= b["takeovers"] <= 36  # Binomial(50, 0.5), two-sided 99.9 %
     assert pauses["scalars"]["takeover_rate"] == b["takeover_rate"]
+
+
+def test_load_refuses_a_pause_its_server_vad_would_end() -> None:
+    cmd = duplexctl_cmd("load", str(RECORDINGS / "pause.toml"), "--sessions", "1", "--count", "1")
+    cmd += ["--turn-detection", "server_vad", "--vad-silence-ms", "1000"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"duplexctl: error: {RECORDINGS / 'pause.toml'}: step 2: pause: 1500 ms would end the "
+        "turn: server VAD commits after 1000 ms of silence (use a shorter pause or a longer "
+        "vad_silence_ms)"
+    )

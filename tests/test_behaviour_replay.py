@@ -116,7 +116,7 @@ def test_a_pause_the_server_vad_would_end_is_2_with_one_line(tmp_path: Path) -> 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "duplexctl: error: step 2: pause: 800 ms would end the turn: server VAD commits "
+        f"duplexctl: error: {scenario}: step 2: pause: 800 ms would end the turn: server VAD commits "
         "after 800 ms of silence (use a shorter pause or a longer vad_silence_ms)"
     )
 

@@ -12,12 +12,13 @@ folders.
 
 A duplexctl conversation holds many such events, and the benchmark reads everything in a
 sample's ``output.wav`` as the model's reaction (pause handling: any speech of 1 s or more is
-a takeover). So each event becomes one sample cut out of the conversation: from the start of the user's
-turn, or later the end of any assistant utterance begun before it (nothing the assistant said
-earlier is in the window), to the moment the user speaks again (turn end), the end of the speech resumed after it
-(pause), or the run's end; both channels at 16 kHz mono, the benchmark's output rate. Folders: ``full_duplex_bench/pause_handling/N``,
-``smooth_turn_taking/N``, ``user_interruption/N`` (docs/metrics.md "Full-Duplex-Bench
-export").
+a takeover). So each event becomes one sample cut out of the conversation: from the start of
+the user's turn, or later the end of any assistant utterance begun before it (nothing the
+assistant said earlier is in the window), to the moment the user speaks again (turn end,
+interruption), the end of the speech resumed after it (pause), or the run's end; both
+channels at 16 kHz mono, the benchmark's output rate. Folders:
+``full_duplex_bench/pause_handling/N``, ``smooth_turn_taking/N``, ``user_interruption/N``
+(docs/metrics.md "Full-Duplex-Bench export").
 """
 
 from __future__ import annotations

@@ -108,8 +108,9 @@ def check_pauses(scenario: Scenario, config: ReplayConfig) -> None:
         return
     for step in scenario.steps:
         if isinstance(step, Pause) and step.ms >= window:
+            where = f"{scenario.source}: " if scenario.source else ""
             raise BadInput(
-                f"step {step.index}: pause: {step.ms:g} ms would end the turn: server VAD "
+                f"{where}step {step.index}: pause: {step.ms:g} ms would end the turn: server VAD "
                 f"commits after {window} ms of silence (use a shorter pause or a longer "
                 "vad_silence_ms)"
             )
