@@ -99,14 +99,15 @@ class Overlap:
         decision and cancel the answer with reason ``turn_detected`` (both lanes, §6.3).
         With the ``stop-latency-ms`` behaviour the model keeps speaking until that long
         after the onset (``onset_ms`` on the input clock) and is cut then, if the answer it
-        interrupted is still the one playing (same epoch)."""
+        interrupted is still running (same epoch, no answer completed since: a later answer
+        is never cut for an earlier onset)."""
         ctx = self._ctx
         cut_at = ctx.behaviour.cut_at(onset_ms) if onset_ms is not None else None
         if cut_at is not None and cut_at > time.monotonic():
-            epoch = ctx.epoch
+            epoch, turn_id = ctx.epoch, ctx.turn_id
 
             def cut() -> None:
-                if not ctx.closed and ctx.epoch == epoch:
+                if not ctx.closed and ctx.epoch == epoch and ctx.turn_id == turn_id:
                     self._barge_in_now(duration_ms)
 
             loop = asyncio.get_running_loop()
