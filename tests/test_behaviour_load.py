@@ -50,6 +50,13 @@ def test_stop_latency_and_takeover_rate_under_load(tmp_path: Path) -> None:
     assert b["takeover_rate"] == b["takeovers"] / 50
     assert 14 <= b["takeovers"] <= 36  # Binomial(50, 0.5), two-sided 99.9 %
     assert pauses["scalars"]["takeover_rate"] == b["takeover_rate"]
+    # saved runs merge exactly: the counts add up, the rates are recomputed from them
+    cmd = duplexctl_cmd("report", str(tmp_path / "i"), str(tmp_path / "p"), "--json")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    merged = json.loads(done.stdout)["behaviour"]
+    assert merged["pause_trials"] == 50 and merged["interruptions"] == 3
+    assert merged["turn_ends"] == stops["behaviour"]["turn_ends"] + b["turn_ends"]
+    assert merged["takeover_rate"] == b["takeover_rate"]
 
 
 def test_load_refuses_a_pause_its_server_vad_would_end() -> None:
