@@ -215,3 +215,11 @@ def test_a_model_that_never_backchannels_fails_the_expectation() -> None:
     assert report["behaviour"]["backchannels"] == 0
     assert code == 1
     assert [f["name"] for f in report["expectations"]["failed"]] == ["backchannels"]
+
+
+def test_fast_pace_has_no_conversation_to_read() -> None:
+    with serving() as url:
+        code, report = replay(url, "turn_taking.toml", "--pace", "fast")
+    assert "behaviour" not in report
+    failed = report["expectations"]["failed"]
+    assert code == 1 and {f["name"] for f in failed} == {"response_gap_ms", "no_response_rate"}

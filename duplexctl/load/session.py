@@ -45,7 +45,7 @@ from duplexctl.protocol.client_state import Happening, SessionResumed
 from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig
-from duplexctl.scenario.model import BargeIn, Cancel, Drop, Scenario, Step, Wait
+from duplexctl.scenario.model import BargeIn, Cancel, Drop, Pace, Scenario, Step, Wait
 from duplexctl.scenario.results import behaviour_figures
 from duplexctl.scenario.runner import Headless, Replay
 from duplexctl.units import NS_PER_MS, NS_PER_S
@@ -359,7 +359,8 @@ class LoadSession:
         rec.unanswered_turns = errors.get("no_response", 0)
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
         rec.turns = len(runner.turns)
-        self.sink.behaviour(rec.t_end, behaviour_figures(runner.state))
+        if self.config.pace is Pace.REALTIME:  # fast pace has no conversation timeline
+            self.sink.behaviour(rec.t_end, behaviour_figures(runner.state))
         rec.turns_cut = runner.unreported_turns
         rec.unanswered_interruptions = runner.unanswered_interruptions
         if crash is not None:

@@ -265,7 +265,8 @@ class ReplayReport:
             },
             "measurement_origins": {"connection": RUN_ORIGINS},
         }
-        if run.timeline is not None:
+        if run.timeline is not None and config.pace is Pace.REALTIME:
+            # --pace fast sends faster than it speaks: no conversation timeline to read
             report["behaviour"] = behaviour_figures(run).to_json()
         if run.completed or not run.interrupted:
             run_checked, run_failed = self._run_expectations(report)

@@ -54,7 +54,7 @@ from duplexctl.scenario.clips import SpokenClip, load_clips
 from duplexctl.scenario.config import ReplayConfig, check_pauses
 from duplexctl.scenario.listener import Listener
 from duplexctl.scenario.microphone import ScriptedMicrophone
-from duplexctl.scenario.model import Scenario
+from duplexctl.scenario.model import Pace, Scenario
 from duplexctl.scenario.playback import ReplayPlayback
 from duplexctl.scenario.results import ReplayReport, ReplayResult
 from duplexctl.scenario.state import CLOSE_TIMEOUT_S, Headless, LiveTurn, PendingResume, RunState
@@ -278,7 +278,7 @@ class Replay:
                 report["admission"], report["cause"] = admission, cause
         artifacts.write_report(report)
         artifacts.close()
-        if self.state.timeline is not None:
+        if self.state.timeline is not None and self.config.pace is Pace.REALTIME:
             self.report.export_full_duplex_bench(artifacts.dir)
 
 
