@@ -205,14 +205,23 @@ def serve(
             "drop-after=N, latency-ms=MS, fail-append-every=N (repeatable)."
         ),
     ] = None,
+    behaviour: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Model behaviour with known ground truth (server VAD sessions): "
+            "takeover-on-pause=P,backchannel-rate=R,stop-latency-ms=M,response-gap-ms=G (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Run the reference duplex server (simulated model) until Ctrl-C."""
     from duplexctl.errors import BadInput
     from duplexctl.protocol.names import Dialect
+    from duplexctl.server.behaviour import parse_behaviours
     from duplexctl.server.config import ServerConfig, parse_fault
 
     try:
         faults = [parse_fault(spec) for spec in fault or []]
+        behaviours = parse_behaviours(behaviour or [])
         config = ServerConfig(
             host=host,
             port=port,
@@ -234,6 +243,7 @@ def serve(
             reaper_interval_s=reaper_interval_s,
             seed=seed,
             faults=faults,
+            behaviour=behaviours,
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from None

@@ -76,6 +76,11 @@ class StreamingVad:
     def position_ms(self) -> float:
         return 1000.0 * self._pos / self.rate
 
+    @property
+    def last_loud_end_ms(self) -> float:
+        """End of the last loud frame: where speech last ended, on the input clock."""
+        return self._last_loud_end_ms
+
     def reset(self) -> None:
         """Forget the current utterance (the server resets its detector after each commit)."""
         self.speaking = False

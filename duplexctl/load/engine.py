@@ -40,7 +40,7 @@ from duplexctl.load.recorder import Recorder
 from duplexctl.load.script import AppendCache, Script, build_script
 from duplexctl.load.session import LoadSession, SessionRecord
 from duplexctl.protocol.settings import SessionSettings
-from duplexctl.scenario.config import ReplayConfig
+from duplexctl.scenario.config import ReplayConfig, check_pauses
 
 CLOSED_SPREAD_S: Final = 2.0
 BACKOFF_MIN_S: Final = 0.25
@@ -66,6 +66,7 @@ def make_plan(config: LoadConfig, script: Script | None = None) -> Plan:
     script, its audio decoded at the session's input rate."""
     replay = ReplayConfig.from_run(config.settings)
     script = script or build_script(config.inputs, rate=replay.settings.input_rate)
+    check_pauses(script.scenario, replay)  # a pause the server VAD would end: exit 2
     return Plan(script=script, replay=replay)
 
 

@@ -26,6 +26,7 @@ from typing import IO, Any, Final
 
 import numpy as np
 
+from duplexctl.behaviour.figures import Figures
 from duplexctl.load.session import SessionRecord, Sink
 from duplexctl.report.slices import UNFINISHED, TimeSlicer, Windows
 from duplexctl.report.tally import RunTally
@@ -217,6 +218,16 @@ class Recorder(RunTally, Sink):
                 phase=self._slicer.phase_of(t),
             )
             self._turns_file.write(json.dumps(line) + "\n")
+
+    def behaviour(self, t: float, figures: Figures) -> None:
+        """One session's conversation-behaviour figures (docs/metrics.md "Conversation
+        behaviour"): each trial's time into its histogram, the counts added up."""
+        t = self._clip(t)
+        for value in figures.stop_latencies_ms:
+            self._slicer.add_figure(t, "stop_latency_ms", value)
+        for value in figures.response_gaps_ms:
+            self._slicer.add_figure(t, "response_gap_ms", value)
+        self.counts.update(figures.counts())
 
     def resumed(self, t: float, figures: dict[str, float | None]) -> None:
         """One resume's times (``resume_ms``, ``reconnect_ms``, ``resume_handshake_ms``)."""

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.audio.sendgrid import SendGrid
+from duplexctl.behaviour.figures import Figures
 from duplexctl.client.connection import ConnectionLost, DuplexConnection, OpenFailed
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
@@ -44,7 +45,8 @@ from duplexctl.protocol.client_state import Happening, SessionResumed
 from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig
-from duplexctl.scenario.model import BargeIn, Cancel, Drop, Scenario, Step, Wait
+from duplexctl.scenario.model import BargeIn, Cancel, Drop, Pace, Scenario, Step, Wait
+from duplexctl.scenario.results import behaviour_figures
 from duplexctl.scenario.runner import Headless, Replay
 from duplexctl.units import NS_PER_MS, NS_PER_S
 
@@ -123,6 +125,7 @@ class Sink:
     def session_admitted(self, record: SessionRecord, capabilities: dict[str, Any]) -> None: ...
     def session_finished(self, record: SessionRecord) -> None: ...
     def resumed(self, t: float, figures: dict[str, float | None]) -> None: ...
+    def behaviour(self, t: float, figures: Figures) -> None: ...
 
 
 def mix_steps(wait: Wait, behaviour: str, interrupt: Path) -> list[Step]:
@@ -356,6 +359,8 @@ class LoadSession:
         rec.unanswered_turns = errors.get("no_response", 0)
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
         rec.turns = len(runner.turns)
+        if self.config.pace is Pace.REALTIME:  # fast pace has no conversation timeline
+            self.sink.behaviour(rec.t_end, behaviour_figures(runner.state))
         rec.turns_cut = runner.unreported_turns
         rec.unanswered_interruptions = runner.unanswered_interruptions
         if crash is not None:

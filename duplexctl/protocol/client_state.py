@@ -150,6 +150,9 @@ class Committed(Happening):
 @dataclass(slots=True, kw_only=True)
 class ResponseCreated(Happening):
     response_id: str
+    # the reference server marks the backchannels of ``serve --behaviour backchannel-rate``
+    # (response.metadata.backchannel): an "mm-hm" answers no turn
+    backchannel: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -703,10 +706,12 @@ class ClientSession:
         track = self._track(rid)
         if track.created_ns is None:
             track.created_ns = base["recv_ns"]
-        meta = _dict(_dict(_dict(frame.get("response")).get("metadata")).get("duplex_event"))
+        metadata = _dict(_dict(frame.get("response")).get("metadata"))
+        meta = _dict(metadata.get("duplex_event"))
         if track.epoch is None:
             track.epoch = _int(meta.get("epoch"))
-        return ResponseCreated(**base, epoch=track.epoch, response_id=rid)
+        backchannel = metadata.get("backchannel") is True
+        return ResponseCreated(**base, epoch=track.epoch, response_id=rid, backchannel=backchannel)
 
     def _on_speak(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
         rid = self._rid(frame)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from duplexctl import __version__
+from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
 from duplexctl.report.tally import RunTally
@@ -54,11 +55,24 @@ SESSION_ORIGINS: Final = {
 
 
 def origin_of(metric: str) -> str:
-    return SESSION_ORIGINS.get(metric) or ORIGINS.get(metric, "")
+    return SESSION_ORIGINS.get(metric) or ORIGINS.get(metric) or BEHAVIOUR_ORIGINS.get(metric, "")
 
 
 def _rate(num: float, den: float) -> float | None:
     return num / den if den else None
+
+
+def behaviour_rates(counts: Mapping[str, int]) -> dict[str, float | None]:
+    """The behaviour rates of all sessions together, from their added-up counts (the n of
+    each is in the report's ``behaviour`` section: pause_trials, turn_ends, user_speech_ms)."""
+    speech_min = counts["behaviour.user_speech_ms"] / 60000.0
+    return {
+        "takeover_rate": _rate(counts["behaviour.takeovers"], counts["behaviour.pause_trials"]),
+        "no_response_rate": _rate(
+            counts["behaviour.unanswered_turn_ends"], counts["behaviour.turn_ends"]
+        ),
+        "backchannels_per_min": _rate(counts["behaviour.backchannels"], speech_min),
+    }
 
 
 def build_report(
@@ -120,6 +134,7 @@ def build_report(
         "resumes": float(counts["resumes"]),
         "resume_failures": float(counts["resume_failures"]),
         "client_cpu_percent": cpu,
+        **behaviour_rates(counts),
     }
     figures = {
         name: {**hist.to_dict(), "measurement_origin": origin_of(name)}
@@ -189,6 +204,14 @@ def build_report(
             "outcomes": dict(tally.resume_outcomes),
             "seq_gaps": counts["seq_gaps"],
             "duplicates_dropped": counts["duplicates_dropped"],
+        },
+        "behaviour": {
+            **{
+                k.removeprefix("behaviour."): v
+                for k, v in counts.items()
+                if k.startswith("behaviour.")
+            },
+            **behaviour_rates(counts),
         },
         "errors": dict(tally.errors),
         "violations": dict(tally.violations),
@@ -360,7 +383,7 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     )
     lines.append(drops_line(report))
     figs = report["figures"]
-    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms"):
+    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms", "stop_latency_ms"):
         if name in figs and figs[name]["n"]:
             f = figs[name]
             p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")
@@ -368,6 +391,7 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                 f"{name}: p50 {format_value(f['p50'])} · p95 {format_value(f['p95'])} · "
                 f"p99 {p99} (n={f['n']})"
             )
+    lines.extend(behaviour_lines(report.get("behaviour") or {}))
     if report.get("errors"):
         lines.append("errors: " + ", ".join(f"{k} {n}" for k, n in report["errors"].items()))
     if report.get("violations"):
@@ -405,6 +429,20 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             f"SLO {verdict} {res['expr']}: {actual}" + (f" (n={res['n']})" if res.get("n") else "")
         )
     return lines
+
+
+def behaviour_lines(b: Mapping[str, Any]) -> list[str]:
+    """How the conversations behaved, with each rate's n (docs/metrics.md)."""
+    if not b.get("pause_trials") and not b.get("turn_ends"):
+        return []
+    bits = []
+    if b.get("pause_trials"):
+        bits.append(f"takeover {_percent(b['takeover_rate'])} (n={b['pause_trials']} pauses)")
+    if b.get("turn_ends"):
+        bits.append(f"unanswered turn ends {_percent(b['no_response_rate'])} (n={b['turn_ends']})")
+    per_min = b.get("backchannels_per_min")
+    bits.append(f"backchannels {format_value(per_min)}/min of user speech")
+    return ["behaviour: " + ", ".join(bits)]
 
 
 def drops_line(report: Mapping[str, Any]) -> str:

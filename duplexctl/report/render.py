@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from duplexctl.behaviour.figures import summary_line
+
 # (column title, figure or field, format) in display order
 _BASE_COLUMNS: list[tuple[str, str]] = [
     ("ttfa_ms", "ttfa_ms"),
@@ -139,6 +141,12 @@ def _connection_lines(report: dict[str, Any]) -> list[str]:
     return [", ".join(bits)]
 
 
+def _behaviour_lines(report: dict[str, Any]) -> list[str]:
+    """How the conversation behaved (docs/metrics.md "Conversation behaviour")."""
+    behaviour = report.get("behaviour")
+    return [summary_line(behaviour)] if behaviour else []
+
+
 def _unanswered_lines(report: dict[str, Any]) -> list[str]:
     """Turns that got no answer in time: errors, never silence (issue 16.1)."""
     lost = [e for e in report.get("errors", []) if e.get("code") == "no_response"]
@@ -188,6 +196,7 @@ def plain_lines(report: dict[str, Any]) -> list[str]:
         bits += [f"{title}={_fmt(fig(t, name))}" for title, name in cols]
         lines.append(" ".join(bits))
     lines += _connection_lines(report)
+    lines += _behaviour_lines(report)
     lines += _unanswered_lines(report)
     lines += _violation_lines(report)
     lines += _expectation_lines(report)
@@ -230,7 +239,7 @@ def render_table(
             *[_fmt(fig(t, name)) for _, name in cols],
         )
     console.print(table)
-    summary = _connection_lines(report) + _unanswered_lines(report)
+    summary = _connection_lines(report) + _behaviour_lines(report) + _unanswered_lines(report)
     for line in summary + _violation_lines(report) + _expectation_lines(report):
         console.print(line, markup=False, highlight=False)
     if report.get("status") == "interrupted":

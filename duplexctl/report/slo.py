@@ -51,6 +51,8 @@ HISTOGRAM_METRICS_IN_ORDER: tuple[str, ...] = (
     "leaked_audio_ms",
     "heard_stop_ms",
     "post_interrupt_ttfa_ms",
+    "stop_latency_ms",
+    "response_gap_ms",
     "resume_ms",
     "reconnect_ms",
     "resume_handshake_ms",
@@ -91,6 +93,9 @@ SCALAR_METRICS: frozenset[str] = frozenset(
         "resumes",
         "resume_failures",
         "client_cpu_percent",
+        "takeover_rate",
+        "no_response_rate",
+        "backchannels_per_min",
     }
 )
 

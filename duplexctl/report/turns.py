@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.units import NS_PER_MS
 
 # figure name -> measurement_origin (what minus what); the names are docs/metrics.md's
@@ -66,6 +67,8 @@ RUN_ORIGINS: Final[dict[str, str]] = {
     "resume_ms": "the longest recv session.resumed - t_drop of the run (0 when no resume)",
     "unanswered_turns": "turns given up on as no_response: committed, or waited for, without "
     "an answer within the response timeout",
+    # how the conversation behaves (docs/metrics.md "Conversation behaviour")
+    **BEHAVIOUR_ORIGINS,
 }
 
 # expectations may name these (numbers) ...

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from duplexctl.errors import BadInput
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.resolver import Command, RunSettings
 from duplexctl.resolver import resolve as resolve_settings
-from duplexctl.scenario.model import Pace, Settings, TurnEnd
+from duplexctl.scenario.model import Pace, Pause, Scenario, Settings, TurnEnd
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +98,19 @@ def resolve(cli: CliOptions, scenario: Settings) -> ReplayConfig:
         Command.REPLAY, flags=cli.flags(), scenario=scenario, session_file=cli.session_file
     )
     return ReplayConfig.from_run(run)
+
+
+def check_pauses(scenario: Scenario, config: ReplayConfig) -> None:
+    """A ``pause`` must not end the turn: under server VAD it must be shorter than the
+    silence window that would (BadInput naming the step, before anything starts)."""
+    window = config.settings.vad_silence_ms
+    if config.end_mode is not TurnEnd.VAD or window is None:
+        return
+    for step in scenario.steps:
+        if isinstance(step, Pause) and step.ms >= window:
+            where = f"{scenario.source}: " if scenario.source else ""
+            raise BadInput(
+                f"{where}step {step.index}: pause: {step.ms:g} ms would end the turn: server VAD "
+                f"commits after {window} ms of silence (use a shorter pause or a longer "
+                "vad_silence_ms)"
+            )

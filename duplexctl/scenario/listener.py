@@ -88,7 +88,7 @@ class Listener:
         if isinstance(h, AudioDelta):  # the most frequent, so first (the types exclude each other)
             self._audio(h)
         elif isinstance(h, ResponseCreated):
-            run.assign(h.response_id)
+            run.assign(h.response_id, backchannel=h.backchannel)
             if run.artifacts is not None:
                 run.artifacts.response_started(h.response_id, run.config.settings.output_rate)
         elif isinstance(h, ResponseDone):

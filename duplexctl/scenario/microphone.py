@@ -17,15 +17,18 @@ import asyncio
 import math
 from pathlib import Path
 
+import numpy as np
+
 from duplexctl.audio.pacer import MicQueue, Pacer
 from duplexctl.audio.pacer import Pace as PacerPace
+from duplexctl.behaviour.timeline import USER
 from duplexctl.report.turns import BargeTimes
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.clips import AppendCache, SpokenClip
 from duplexctl.scenario.model import Interrupt, Pace, TurnEnd
 from duplexctl.scenario.playback import ReplayPlayback
 from duplexctl.scenario.state import LiveTurn, RunState, now_ns
-from duplexctl.units import NS_PER_S
+from duplexctl.units import NS_PER_MS, NS_PER_S
 
 
 class ScriptedMicrophone:
@@ -64,12 +67,18 @@ class ScriptedMicrophone:
 
     # -- queueing speech -----------------------------------------------------------------------
 
-    def speak(self, step: int, path: Path, commit: bool | None, tail_ms: float) -> LiveTurn:
-        """Queue ``path`` as a new turn; the loop stamps its points as they go out."""
+    def speak(
+        self, step: int, path: Path, commit: bool | None, tail_ms: float, *, paused: bool = False
+    ) -> LiveTurn:
+        """Queue ``path`` as a new turn; the loop stamps its points as they go out.
+        ``paused``: a pause follows inside the turn, so the clip stops where speech ends."""
         run = self.run
         clip = self.clips[path]
         turn = run.new_turn(step=step, source=path.name)
-        placement = self.queue.play(clip.clip.samples)
+        samples = clip.clip.samples
+        if paused:
+            samples = samples[: round(clip.speech_end_ms * self.queue.rate / 1000.0)]
+        placement = self.queue.play(samples)
         turn.speech_start_u = placement.start_ms + clip.speech_start_ms
         turn.speech_end_u = placement.start_ms + clip.speech_end_ms
         do_commit = commit if commit is not None else run.config.end_mode is TurnEnd.COMMIT
@@ -78,6 +87,38 @@ class ScriptedMicrophone:
         self._marking.append(turn)
         self._next_mark_ms = min(self._next_mark_ms, turn.next_mark())
         return turn
+
+    def resume_after_pause(
+        self, turn: LiveTurn, path: Path, pause_ms: float, tail_ms: float, *, paused: bool
+    ) -> None:
+        """The user goes on with ``path``'s speech ``pause_ms`` after ``turn``'s speech
+        ended, in the same turn: its end of speech and any client commit move after it."""
+        clip = self.clips[path]
+        assert turn.speech_end_u is not None
+        rate = self.queue.rate
+        start = round(clip.speech_start_ms * rate / 1000.0)
+        end = round(clip.speech_end_ms * rate / 1000.0) if paused else clip.clip.samples.size
+        pause_start = turn.speech_end_u
+        placement = self.queue.play(clip.clip.samples[start:end], at_ms=pause_start + pause_ms)
+        self.run.pauses_u.append((pause_start, placement.start_ms))
+        turn.speech_end_u = placement.start_ms + clip.speech_end_ms - clip.speech_start_ms
+        if turn.commit_u is not None:
+            turn.commit_u = turn.speech_end_u + tail_ms
+        self._next_mark_ms = min(self._next_mark_ms, turn.next_mark())
+
+    def _on_timeline(
+        self, samples: np.ndarray, silent: bool, audio_end_ms: float, sent_ns: int
+    ) -> None:
+        """The append onto the behaviour timeline, at its place on the pacer's schedule
+        (the first append's send fixes where ``u`` = 0 is); silence adds nothing."""
+        run = self.run
+        assert run.timeline is not None
+        rate = self.queue.rate
+        u_start = audio_end_ms - 1000.0 * samples.size / rate
+        if run.user_offset_ms is None:
+            run.user_offset_ms = (sent_ns - run.origin_ns) / NS_PER_MS - u_start
+        if not silent:
+            run.timeline.add(USER, samples, rate, run.user_offset_ms + u_start)
 
     @property
     def position_ms(self) -> float:
@@ -135,6 +176,8 @@ class ScriptedMicrophone:
                 on_append(sent / NS_PER_S, lag_ms)
             if run.artifacts is not None:
                 run.artifacts.user_audio(chunk.samples, sent)
+            if run.timeline is not None:
+                self._on_timeline(chunk.samples, chunk.silent, chunk.audio_end_ms, sent)
             if chunk.audio_end_ms >= self._next_mark_ms:
                 await self._marks(chunk.audio_end_ms, sent)
             if duty is not None:  # headless: this loop is the session's only timer

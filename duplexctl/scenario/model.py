@@ -141,6 +141,23 @@ class Silence:
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """Fall silent for ``ms`` inside the current user turn, then go on with ``file``'s speech.
+
+    The silence runs from the end of the previous step's speech to the start of ``file``'s
+    (the files' own leading and trailing silence are left out), the client does not commit
+    in between, and under server VAD ``ms`` must be shorter than the silence window (checked
+    before the run). Each pause is one trial of the takeover figure (docs/metrics.md
+    "Conversation behaviour").
+    """
+
+    index: int
+    ms: float
+    file: Path
+    expect: tuple[Expectation, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Wait for the latest turn's answer to finish (``response.done``, and its playback).
 
@@ -202,11 +219,12 @@ class Commit:
     expect: tuple[Expectation, ...] = ()
 
 
-Step = Say | Silence | Wait | BargeIn | Cancel | Drop | Commit
+Step = Say | Silence | Pause | Wait | BargeIn | Cancel | Drop | Commit
 
 ACTIONS: Final[dict[str, type]] = {
     "say": Say,
     "silence": Silence,
+    "pause": Pause,
     "wait": Wait,
     "barge_in": BargeIn,
     "cancel": Cancel,
@@ -230,4 +248,4 @@ class Scenario:
     @property
     def audio_files(self) -> list[Path]:
         """Every audio file the steps speak, in order (loaded before the run starts)."""
-        return [s.file for s in self.steps if isinstance(s, Say | BargeIn)]
+        return [s.file for s in self.steps if isinstance(s, Say | BargeIn | Pause)]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from duplexctl.behaviour.figures import BOOLEAN_FIGURES
 from duplexctl.errors import BadInput
 from duplexctl.report.turns import EXPECTABLE_FIGURES, RUN_ORIGINS, TEXT_FIELDS
 from duplexctl.resolver import SCENARIO_SETTINGS, check_setting
@@ -26,6 +27,7 @@ from duplexctl.scenario.model import (
     Drop,
     Expectation,
     Interrupt,
+    Pause,
     Say,
     Scenario,
     Settings,
@@ -42,6 +44,7 @@ _SETTING_KEYS: Final = SCENARIO_SETTINGS
 _STEP_KEYS: Final[dict[str, frozenset[str]]] = {
     "say": frozenset({"file", "commit", "tail_ms"}),
     "silence": frozenset({"ms"}),
+    "pause": frozenset({"ms", "file"}),
     "wait": frozenset({"timeout_s"}),
     "barge_in": frozenset({"file", "after_ms", "anchor", "interrupt", "commit", "tail_ms"}),
     "cancel": frozenset({"after_ms", "anchor"}),
@@ -255,6 +258,13 @@ def _step(index: int, raw: dict[str, Any], base: Path) -> Step:
         if ms is None:
             raise _Problem("silence: missing 'ms'")
         return Silence(index, ms, expect=expect)
+    if action == "pause":
+        ms = _non_negative(raw, "ms", "pause")
+        if ms is None or ms <= 0:
+            raise _Problem("pause: 'ms' must be a number > 0")
+        if "file" not in raw:
+            raise _Problem("pause: missing 'file' (the speech that continues the turn)")
+        return Pause(index, ms, _file(raw["file"], base, "pause: file"), expect=expect)
     if action == "wait":
         return Wait(index, timeout_s=_positive(raw, "timeout_s", "wait"), expect=expect)
     if action == "cancel":
@@ -307,6 +317,9 @@ def _run_expectations(raw: Any) -> tuple[Expectation, ...]:
             raise _Problem(
                 f"[expect]: unknown run figure {name!r} (expected one of {_list(RUN_ORIGINS)})"
             )
+        if isinstance(value, bool) and name in BOOLEAN_FIGURES:
+            out.append(Expectation(name, "==", str(value).lower(), str(value).lower()))
+            continue
         exp = Expectation.parse_number(name, value)
         if exp is None:
             raise _Problem(

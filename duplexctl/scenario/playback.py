@@ -18,11 +18,12 @@ from typing import Any, Final
 import numpy as np
 
 from duplexctl.audio.playback import PlaybackClock
+from duplexctl.behaviour.timeline import ASSISTANT
 from duplexctl.protocol.client_state import AudioDelta
 from duplexctl.protocol.playback_duty import EVENT_ACK_EVERY_S, PlaybackDuty
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.state import LiveTurn, Play, RunState, now_ns
-from duplexctl.units import NS_PER_S
+from duplexctl.units import NS_PER_MS, NS_PER_S
 
 # headless: the journal needs trimming, not frequent acks (it also drops entries after 60 s
 # and holds 8 MiB, docs/protocol.md §6.6: a talking session journals ~8 kB/s). Every 2 s keeps
@@ -61,12 +62,17 @@ class ReplayPlayback:
         clock = play.clock
         now_s = h.recv_ns / NS_PER_S
         duration = h.audio_end_ms - h.audio_start_ms
-        if run.artifacts is not None and not play.flushed and duration > 0 and h.pcm:
+        heard = run.artifacts is not None or run.timeline is not None
+        if heard and not play.flushed and duration > 0 and h.pcm:
             due = clock.due_time()
             start = now_s + run.config.prebuffer_ms / 1000 if due is None else max(due, now_s)
             samples = np.frombuffer(h.pcm, dtype="<i2").astype(np.float32) / 32768.0
-            play.pending.append([start, samples, h.sample_rate_hz, 0])
-            self._writing[h.response_id] = play
+            if run.timeline is not None:  # placed when it will play; a flush cuts it
+                at_ms = start * 1000.0 - run.origin_ns / NS_PER_MS
+                run.timeline.add(ASSISTANT, samples, h.sample_rate_hz, at_ms)
+            if run.artifacts is not None:
+                play.pending.append([start, samples, h.sample_rate_hz, 0])
+                self._writing[h.response_id] = play
         first = clock.first_audible is None
         clock.receive(now_s, duration)
         if first and clock.first_audible is not None and self.duty is not None:
@@ -83,6 +89,8 @@ class ReplayPlayback:
             return
         self._write_heard(play, at_ns / NS_PER_S)
         heard = play.clock.flush(at_ns / NS_PER_S)
+        if self.run.timeline is not None:
+            self.run.timeline.cut(ASSISTANT, (at_ns - self.run.origin_ns) / NS_PER_MS)
         play.pending.clear()
         self._writing.pop(play.response_id, None)
         if self.duty is not None:

@@ -14,10 +14,16 @@ listed as ``not_reached``, never as failures (issue 17.6).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from duplexctl import __version__
+from duplexctl.audio import manifest
 from duplexctl.audio.pacer import Pacer
+from duplexctl.behaviour import fdb
+from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
+from duplexctl.behaviour.figures import Figures, ScriptedEvents, conversation_figures
+from duplexctl.behaviour.timeline import ASSISTANT, USER
 from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
@@ -81,7 +87,44 @@ def run_figures(report: dict[str, Any]) -> dict[str, float]:
         "resume_failures": conn.get("resume_failures", 0),
         "resume_ms": max(conn.get("resume_ms") or [0.0]),
         "unanswered_turns": report.get("unanswered_turns", 0),
+        **{k: v for k, v in report.get("behaviour", {}).items() if k in BEHAVIOUR_ORIGINS},
     }
+
+
+def scripted_events(run: RunState) -> ScriptedEvents:
+    """Where the script put pauses, turn ends and interruptions on the behaviour timeline."""
+    off = run.user_offset_ms or 0.0
+    interrupting = [
+        t for t in run.turns if t.interrupts is not None and t.speech_start_u is not None
+    ]
+    return ScriptedEvents(
+        pauses=[(off + p0, off + p1) for p0, p1 in run.pauses_u],
+        turn_ends=[off + t.speech_end_u for t in run.turns if t.speech_end_u is not None],
+        interruptions=[off + (t.speech_start_u or 0.0) for t in interrupting],
+        interruption_ends=[off + (t.speech_end_u or 0.0) for t in interrupting],
+        interruption_texts=[
+            (spoken_text(t.interrupts.times.source), spoken_text(t.times.source))
+            for t in interrupting
+            if t.interrupts is not None
+        ],
+    )
+
+
+def spoken_text(source: str | None) -> str:
+    """What a bundled recording says (its manifest), else nothing known."""
+    bundled = manifest.bundled()
+    entry = bundled.get(source) if source and bundled is not None else None
+    return entry.text if entry is not None else ""
+
+
+def behaviour_figures(run: RunState) -> Figures:
+    """The conversation's behaviour figures, from the run's timeline and what the script
+    placed on it (docs/metrics.md "Conversation behaviour")."""
+    timeline = run.timeline
+    assert timeline is not None
+    return conversation_figures(
+        timeline.segments(USER), timeline.segments(ASSISTANT), events=scripted_events(run)
+    )
 
 
 class ReplayReport:
@@ -145,6 +188,18 @@ class ReplayReport:
                     }
                 )
         return len(self.run.scenario.expect), failed
+
+    def export_full_duplex_bench(self, out_dir: Path) -> None:
+        """``--out``'s conversation as Full-Duplex-Bench samples (behaviour/fdb.py)."""
+        timeline = self.run.timeline
+        assert timeline is not None
+        fdb.export(
+            out_dir / "conversation.wav",
+            out_dir,
+            timeline.segments(USER),
+            timeline.segments(ASSISTANT),
+            scripted_events(self.run),
+        )
 
     def build(self) -> dict[str, Any]:
         run = self.run
@@ -210,6 +265,9 @@ class ReplayReport:
             },
             "measurement_origins": {"connection": RUN_ORIGINS},
         }
+        if run.timeline is not None and config.pace is Pace.REALTIME:
+            # --pace fast sends faster than it speaks: no conversation timeline to read
+            report["behaviour"] = behaviour_figures(run).to_json()
         if run.completed or not run.interrupted:
             run_checked, run_failed = self._run_expectations(report)
             report["expectations"]["checked"] += run_checked

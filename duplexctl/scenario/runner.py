@@ -51,10 +51,10 @@ from duplexctl.report.artifacts import RunArtifacts
 from duplexctl.report.turns import TurnRecord
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.clips import SpokenClip, load_clips
-from duplexctl.scenario.config import ReplayConfig
+from duplexctl.scenario.config import ReplayConfig, check_pauses
 from duplexctl.scenario.listener import Listener
 from duplexctl.scenario.microphone import ScriptedMicrophone
-from duplexctl.scenario.model import Scenario
+from duplexctl.scenario.model import Pace, Scenario
 from duplexctl.scenario.playback import ReplayPlayback
 from duplexctl.scenario.results import ReplayReport, ReplayResult
 from duplexctl.scenario.state import CLOSE_TIMEOUT_S, Headless, LiveTurn, PendingResume, RunState
@@ -278,6 +278,8 @@ class Replay:
                 report["admission"], report["cause"] = admission, cause
         artifacts.write_report(report)
         artifacts.close()
+        if self.state.timeline is not None and self.config.pace is Pace.REALTIME:
+            self.report.export_full_duplex_bench(artifacts.dir)
         from duplexctl.report.html import replay_page
 
         replay_page.write(artifacts.dir)
@@ -311,6 +313,7 @@ async def run_replay(
         loop.remove_signal_handler(signum)
 
     settings = config.settings
+    check_pauses(scenario, config)
     clips = load_clips(scenario, settings.input_rate, settings.input_format_canonical)
     for clip in clips.values():
         if clip.clip.conversion:

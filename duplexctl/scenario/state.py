@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from duplexctl.audio.playback import PlaybackClock
 from duplexctl.audio.sendgrid import SendGrid
+from duplexctl.behaviour.timeline import ConversationTimeline
 from duplexctl.client.connection import ConnectionLostError, DuplexConnection
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.report.artifacts import RunArtifacts
@@ -155,6 +156,11 @@ class RunState:
         self.origin_ns = now_ns()
         self.conn: DuplexConnection | None = None
         self.artifacts: RunArtifacts | None = None
+        # the aligned timeline of the behaviour figures (replay's and each load session's)
+        # and what the script placed on it: pauses inside turns, on the user timeline u
+        self.timeline: ConversationTimeline | None = ConversationTimeline()
+        self.user_offset_ms: float | None = None  # timeline ms - u, fixed by the first append
+        self.pauses_u: list[tuple[float, float]] = []
         self.turns: list[LiveTurn] = []
         self.by_response: dict[str, LiveTurn] = {}
         self.plays: dict[str, Play] = {}
@@ -220,12 +226,13 @@ class RunState:
                 return turn
         return self.turns[-1] if self.turns else None
 
-    def assign(self, response_id: str) -> LiveTurn:
-        """The turn ``response_id`` answers (an unsolicited turn when none is waiting)."""
+    def assign(self, response_id: str, *, backchannel: bool = False) -> LiveTurn:
+        """The turn ``response_id`` answers (an unsolicited turn when none is waiting, or
+        when it is a backchannel: it answers no turn)."""
         turn = self.by_response.get(response_id)
         if turn is not None:
             return turn
-        turn = self.awaiting(need_eos=False)
+        turn = None if backchannel else self.awaiting(need_eos=False)
         if turn is None:  # an answer nobody asked for (a split utterance, a model-native turn)
             turn = self.new_turn(step=0, source=None)
             turn.times.end_mode = "unsolicited"

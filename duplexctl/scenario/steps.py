@@ -28,6 +28,7 @@ from duplexctl.scenario.model import (
     Commit,
     Drop,
     Interrupt,
+    Pause,
     Say,
     Silence,
     Step,
@@ -67,11 +68,14 @@ class StepInterpreter:
         self.playback = playback
         self.listener = listener
         self.assembly = assembly
+        self._paused = False  # the step being run is followed by a pause
 
     async def run_steps(self) -> None:
         run = self.run
-        for step in run.scenario.steps:
+        steps = run.scenario.steps
+        for i, step in enumerate(steps):
             run.steps_begun += 1
+            self._paused = i + 1 < len(steps) and isinstance(steps[i + 1], Pause)
             turn = await self._step(step)
             run.step_turn[step.index] = turn
             run.report_dirty = True
@@ -81,7 +85,16 @@ class StepInterpreter:
         run = self.run
         timeout = run.config.response_timeout_s
         if isinstance(step, Say):
-            return self.mic.speak(step.index, step.file, step.commit, step.tail_ms)
+            return self.mic.speak(
+                step.index, step.file, step.commit, step.tail_ms, paused=self._paused
+            )
+        if isinstance(step, Pause):
+            turn = run.latest()
+            if turn is None or turn.speech_end_u is None:
+                run.problems.append(f"step {step.index}: pause: no speech before it to pause")
+                return turn
+            self.mic.resume_after_pause(turn, step.file, step.ms, 200.0, paused=self._paused)
+            return turn
         if isinstance(step, Silence):
             await asyncio.sleep(step.ms / 1000)
             return run.latest()

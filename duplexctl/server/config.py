@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from duplexctl.protocol.names import Dialect
+from duplexctl.server.behaviour import Behaviour
 from duplexctl.units import MiB
 
 
@@ -81,6 +82,8 @@ class ServerConfig:
     seed: int | None = None
 
     faults: list[Fault] = field(default_factory=list)
+    # conversational behaviours with known ground truth (--behaviour, server/behaviour.py)
+    behaviour: Behaviour = field(default_factory=Behaviour)
 
     def fault(self, name: str) -> Fault | None:
         """The injected fault called ``name``, if it is on."""

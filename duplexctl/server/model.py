@@ -169,18 +169,26 @@ class SimulatedModel:
         )
 
     async def stream(
-        self, audio: np.ndarray, gpu: SimulatedGpu, *, submitted_at: float
+        self,
+        audio: np.ndarray,
+        gpu: SimulatedGpu,
+        *,
+        submitted_at: float,
+        first_audio_at: float | None = None,
     ) -> AsyncIterator[OutputChunk]:
         """Yield the reply unit by unit, each when it is computed and due.
 
         The first unit waits for the time to first audio and then for its GPU slot; unit k
         is due ``k × chunk period`` after the first, or later if the GPU is behind.
+        ``first_audio_at`` (the ``response-gap-ms`` behaviour) replaces the time to first
+        audio with an instant of its own.
         """
         step = max(1, int(OUTPUT_RATE * self.config.chunk_ms / 1000))
         total = audio.size
         n_units = max(1, -(-total // step))
         loop_time = time.monotonic
-        await asyncio.sleep(max(0.0, submitted_at + self.ttfa_s() - loop_time()))
+        due = submitted_at + self.ttfa_s() if first_audio_at is None else first_audio_at
+        await asyncio.sleep(max(0.0, due - loop_time()))
         first_at = 0.0
         period = self.chunk_period_s()
         for index in range(n_units):

@@ -53,6 +53,11 @@ class VadGate:
     def position_ms(self) -> float:
         return self._vad.position_ms
 
+    @property
+    def speech_end_ms(self) -> float:
+        """End of the last loud frame on the input clock (where speech last ended)."""
+        return self._vad.last_loud_end_ms
+
     def feed(self, samples: np.ndarray) -> VadVerdict:
         started = stopped = None
         for event in self._vad.feed(samples):

@@ -81,7 +81,7 @@ from duplexctl.talk.config import TalkConfig
 from duplexctl.talk.inputs import FileInput, InputSource, MicInput
 from duplexctl.talk.output import DeviceOutput, Output, SimulatedOutput
 from duplexctl.talk.view import View, make_view
-from duplexctl.units import NS_PER_S
+from duplexctl.units import NS_PER_MS, NS_PER_S
 
 # errors that are the expected echo of our own races (cancel after the answer ended, an ack
 # or truncate for a reply the server already released): not worth the user's attention
@@ -1041,6 +1041,19 @@ class TalkSession:
         self.artifacts.close()
         if self.user_wav is not None:
             self.user_wav.close()
+        self._write_behaviour()
+
+    def _write_behaviour(self) -> None:
+        """How the conversation behaved (docs/metrics.md "Conversation behaviour"), read off
+        the finished conversation.wav, added to report.json."""
+        from duplexctl.behaviour.figures import recorded_figures
+
+        artifacts = self.artifacts
+        origin = artifacts.origin_ns
+        ends = [(u.t_eos_ns - origin) / NS_PER_MS for u in self.utterances if u.t_eos_ns]
+        with contextlib.suppress(OSError, RuntimeError):  # no audio recorded: no figures
+            figures = recorded_figures(artifacts.dir / "conversation.wav", ends)
+            artifacts.write_report({**self._report(), "behaviour": figures.to_json()})
 
 
 async def run_talk(config: TalkConfig, view: View | None = None) -> TalkResult:

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from duplexctl.protocol import ids
 from duplexctl.protocol.errors import realtime_error
+from duplexctl.server.behaviour import SessionBehaviour
 from duplexctl.server.config import Fault, ServerConfig
 from duplexctl.server.session_object import NegotiatedSettings
 
@@ -97,6 +98,7 @@ class SessionContext:
         self.closed = False
         self.output_started = False  # the first reply audio went out (voice is fixed now)
         self.last_activity = time.monotonic()
+        self.behaviour = SessionBehaviour(config.behaviour, seed=config.seed, session_id=session_id)
         self._emit = emit
 
     @property

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any, Final
 
 import numpy as np
@@ -92,9 +94,28 @@ class Overlap:
             metadata=meta,
         )
 
-    def vad_barge_in(self, duration_ms: float) -> None:
+    def vad_barge_in(self, duration_ms: float, onset_ms: float | None = None) -> None:
         """Server VAD heard an onset over an answer that owns the turn: announce the barge-in
-        decision and cancel the answer with reason ``turn_detected`` (both lanes, §6.3)."""
+        decision and cancel the answer with reason ``turn_detected`` (both lanes, §6.3).
+        With the ``stop-latency-ms`` behaviour the model keeps speaking until that long
+        after the onset (``onset_ms`` on the input clock) and is cut then, if the answer it
+        interrupted is still running (same epoch, no answer completed since: a later answer
+        is never cut for an earlier onset)."""
+        ctx = self._ctx
+        cut_at = ctx.behaviour.cut_at(onset_ms) if onset_ms is not None else None
+        if cut_at is not None and cut_at > time.monotonic():
+            epoch, turn_id = ctx.epoch, ctx.turn_id
+
+            def cut() -> None:
+                if not ctx.closed and ctx.epoch == epoch and ctx.turn_id == turn_id:
+                    self._barge_in_now(duration_ms)
+
+            loop = asyncio.get_running_loop()
+            loop.call_at(loop.time() + cut_at - time.monotonic(), cut)
+            return
+        self._barge_in_now(duration_ms)
+
+    def _barge_in_now(self, duration_ms: float) -> None:
         self.decide(
             "barge_in",
             "server_vad_speech_started",
@@ -136,18 +157,30 @@ class TurnLane(_Lane):
         self, raw: np.ndarray, samples: np.ndarray, hints: dict[str, Any], duration_ms: float
     ) -> None:
         utterance = self._utterance
-        verdict = utterance.vad.feed(samples) if utterance.vad is not None else None
+        vad = utterance.vad
+        verdict = vad.feed(samples) if vad is not None else None
+        behaviour = self._ctx.behaviour
+        position_ms = behaviour.heard(time.monotonic(), samples.size)
+        if verdict is not None and verdict.is_speech and vad is not None:
+            behaviour.speech_ended(vad.speech_end_ms)
         if self._responses.owns_turn():
             self._over_reply(raw, samples, hints, verdict, duration_ms)
             return
         self._overlap.speech_ms = 0.0
-        if verdict is not None:
+        if verdict is not None and vad is not None:
             if verdict.started is not None:
                 utterance.start(verdict.started.ms)
             if verdict.is_speech and utterance.item_id is not None:
                 utterance.keep(samples)
                 if verdict.stopped is not None:
                     self._vad_commit(decided(verdict.stopped))
+                elif behaviour.takes_over(vad.speech_end_ms, position_ms):
+                    self._vad_commit(vad.speech_end_ms)  # the model takes the turn: a pause
+                elif position_ms - vad.speech_end_ms < 40 and behaviour.backchannels(duration_ms):
+                    self._responses.start(  # "mm-hm" while the user still speaks
+                        Turn(None, None, backchannel=True),
+                        options={"metadata": {"backchannel": True}, "conversation": "none"},
+                    )
                 return
             utterance.silence_since_commit = True
             self._ctx.listen("silence_or_noise")
@@ -195,7 +228,7 @@ class TurnLane(_Lane):
         if verdict is not None:
             if verdict.started is not None:
                 utterance.start(verdict.started.ms)
-                overlap.vad_barge_in(duration_ms)
+                overlap.vad_barge_in(duration_ms, verdict.started.onset_ms)
                 utterance.keep(samples)
                 if verdict.stopped is not None:
                     self._vad_commit(decided(verdict.stopped))

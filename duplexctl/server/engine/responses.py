@@ -15,12 +15,13 @@ import time
 from typing import Any
 
 from duplexctl.protocol import ids, names
+from duplexctl.server.behaviour import BACKCHANNEL_MS
 from duplexctl.server.engine.context import SessionContext
 from duplexctl.server.engine.conversation import Conversation
 from duplexctl.server.engine.playback import PlaybackLedger, cut_transcript
 from duplexctl.server.engine.records import Response, ResponseRecords
 from duplexctl.server.engine.turns import Turn, TurnQueue
-from duplexctl.server.model import SimulatedGpu, SimulatedModel, encode_chunk, reply_text
+from duplexctl.server.model import SimulatedGpu, SimulatedModel, encode_chunk, reply_text, tone
 from duplexctl.server.session_object import ACK_ONLY
 from duplexctl.server.translate import Command
 
@@ -200,10 +201,21 @@ class Responses:
         """Stream the reply; every emission is fenced by the response's epoch."""
         ctx = self._ctx
         try:
-            audio = self._model.reply_audio(turn.audio)
+            audio = (
+                tone(BACKCHANNEL_MS / 1000.0)
+                if turn.backchannel
+                else self._model.reply_audio(turn.audio)
+            )
             native = ctx.config.model_profile == "native"
             speak_meta = {"session_id": ctx.id, "epoch": r.epoch, "model_speak": True}
-            stream = self._model.stream(audio, self._gpu, submitted_at=time.monotonic())
+            stream = self._model.stream(
+                audio,
+                self._gpu,
+                submitted_at=time.monotonic(),
+                first_audio_at=(
+                    time.monotonic() if turn.backchannel else ctx.behaviour.first_audio_at()
+                ),
+            )
             n_units = max(1, -(-audio.size // max(1, int(24000 * ctx.config.chunk_ms / 1000))))
             async for chunk in stream:
                 if not self._live(r):

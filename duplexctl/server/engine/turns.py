@@ -19,6 +19,9 @@ class Turn:
 
     item_id: str | None
     audio: np.ndarray | None = None
+    # a backchannel the model utters while the user speaks (server/behaviour.py): a short
+    # reply that answers nothing and takes no turn
+    backchannel: bool = False
 
     @property
     def nbytes(self) -> int:

@@ -1,0 +1,72 @@
+"""The behaviour figures' definitions (docs/metrics.md "Conversation behaviour") on
+hand-made voice activity, and the timeline they are read from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from duplexctl.behaviour.activity import Segment
+from duplexctl.behaviour.figures import ScriptedEvents, conversation_figures
+from duplexctl.behaviour.timeline import ASSISTANT, USER, ConversationTimeline
+
+
+def S(a: float, b: float) -> Segment:
+    return Segment(a, b)
+
+
+def test_takeover_needs_more_than_a_second_of_speech_started_in_the_pause() -> None:
+    user = [S(0, 1000), S(2500, 3500)]
+    pauses = [(1000.0, 2500.0)]
+    took = conversation_figures(user, [S(1300, 2600)], ScriptedEvents(pauses=pauses))
+    short = conversation_figures(
+        user, [S(1300, 2200)], ScriptedEvents(pauses=pauses)
+    )  # 900 ms: a backchannel?
+    before = conversation_figures(
+        user, [S(500, 2600)], ScriptedEvents(pauses=pauses)
+    )  # started in speech
+    assert (took.takeovers, short.takeovers, before.takeovers) == (1, 0, 0)
+    assert took.summary()["takeover"] is True and took.summary()["takeover_rate"] == 1.0
+    assert short.summary()["takeover"] is False
+
+
+def test_response_gap_is_signed_and_a_turn_end_without_answer_is_counted() -> None:
+    user = [S(0, 1000), S(4000, 5000)]
+    f = conversation_figures(user, [S(800, 2000)], ScriptedEvents(turn_ends=[1000.0, 5000.0]))
+    assert f.response_gaps_ms == [-200.0]  # the assistant started 200 ms early: overlap
+    assert f.no_response == 1 and f.summary()["no_response_rate"] == 0.5
+    late = conversation_figures(user, [S(1700, 2000)], ScriptedEvents(turn_ends=[1000.0]))
+    assert late.response_gaps_ms == [700.0]
+
+
+def test_stop_latency_from_the_detected_onset_to_the_end_of_the_assistant() -> None:
+    user = [S(0, 1000), S(3020, 4000)]
+    assistant = [S(1500, 3330)]
+    f = conversation_figures(user, assistant, ScriptedEvents(interruptions=[3000.0]))
+    assert f.stop_latencies_ms == [pytest.approx(310.0)]  # onset as detected: 3020
+    assert f.interrupt_overlap_ms == [pytest.approx(310.0)]
+    idle = conversation_figures(user, [S(1500, 2500)], ScriptedEvents(interruptions=[3000.0]))
+    assert idle.stop_latencies_ms == []  # nothing was playing: nothing to stop
+
+
+def test_backchannels_overlap_and_mutual_silence() -> None:
+    user = [S(0, 6000)]
+    assistant = [S(1000, 1400), S(3000, 3500), S(7000, 9000)]
+    f = conversation_figures(user, assistant, ScriptedEvents())
+    assert f.backchannels == 2
+    assert f.summary()["backchannels_per_min"] == pytest.approx(2 / 0.1)
+    assert f.overlap_ms == 900.0
+    assert f.mutual_silence_ms == 1000.0  # 6000..7000
+
+
+def test_timeline_places_energy_where_it_was_heard() -> None:
+    t = ConversationTimeline()
+    tone = (0.3 * np.sin(np.arange(24000) * 2 * np.pi * 440 / 24000)).astype(np.float32)
+    t.add(ASSISTANT, tone, 24000, 1500.0)  # one second, heard from 1.5 s
+    t.add(USER, np.zeros(16000 * 3, dtype=np.float32), 16000, 0.0)
+    (seg,) = t.segments(ASSISTANT)
+    assert seg.start_ms == pytest.approx(1500.0, abs=10) and seg.end_ms == pytest.approx(
+        2500.0, abs=10
+    )
+    assert t.segments(USER) == []
+    assert t.length_ms() == pytest.approx(3000.0)
