@@ -97,6 +97,32 @@ OverwriteOption = Annotated[
 ]
 
 
+ServerMetricsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--server-metrics",
+        help="Also scrape this Prometheus /metrics URL (DCGM, node exporter …; repeatable). "
+        "The server's own /metrics is scraped by default.",
+    ),
+]
+NoServerMetricsOption = Annotated[
+    bool, typer.Option("--no-server-metrics", help="Do not scrape any server /metrics.")
+]
+ScrapeIntervalOption = Annotated[
+    float | None,
+    typer.Option("--scrape-interval", help="Seconds between scrapes of /metrics (default 1)."),
+]
+
+
+def scrape_options(
+    server_metrics: list[str] | None, no_server_metrics: bool, scrape_interval: float | None
+) -> Any:
+    """The server-metrics options of load, replay and probe, checked once (exit 2)."""
+    from duplexctl.prometheus.endpoints import resolve
+
+    return resolve(server_metrics, enabled=not no_server_metrics, interval_s=scrape_interval)
+
+
 def server_url(url: str | None, ca_file: Path | None, insecure: bool) -> str | None:
     """The shared --url / --ca-file / --insecure of every client command, before anything
     starts (duplexctl.client.target): the URL to connect to (None: the embedded server), one
@@ -723,6 +749,9 @@ def load(
         typer.Option(help="Embedded server setting KEY=VALUE, e.g. reply_seconds=1 (repeatable)."),
     ] = None,
     no_uvloop: Annotated[bool, typer.Option("--no-uvloop", help="Use asyncio's own loop.")] = False,
+    server_metrics: ServerMetricsOption = None,
+    no_server_metrics: NoServerMetricsOption = False,
+    scrape_interval: ScrapeIntervalOption = None,
 ) -> None:
     """Many sessions at once: latency under load, admission limit, capacity, SLOs."""
     import os
@@ -796,6 +825,7 @@ def load(
         json_output=json_output,
         live=live,
         uvloop=not no_uvloop,
+        scrape=scrape_options(server_metrics, no_server_metrics, scrape_interval),
         server_overrides={
             "max_sessions": server_max_sessions,
             "gpu_slots": server_gpu_slots,

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 from server_support import OPEN_SESSION, dial, running, send, ws_url
 
+from duplexctl.prometheus.exposition import Family, parse
 from duplexctl.protocol import ids
 from duplexctl.server.model import SimulatedGpu, SimulatedModel
-from duplexctl.servermetrics.exposition import Family, parse
 
 FIXTURE = Path(__file__).parent / "fixtures" / "server_metrics" / "vllm_0.30_exposition.txt"
 

@@ -499,6 +499,11 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
                 print(f"{name}: {_pct_line(f)}", file=stream)
     for line in summary_lines(report):
         print(line, file=stream)
+    if report.get("server_metrics"):
+        from duplexctl.prometheus.summary import render_lines
+
+        for line in render_lines(report["server_metrics"]):
+            print(line, file=stream)
 
 
 def _pct_line(f: Mapping[str, Any]) -> str:

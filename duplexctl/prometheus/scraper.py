@@ -4,7 +4,7 @@ Why threads and not a task on the event loop: the loop paces audio for hundreds 
 an HTTP fetch, and above all parsing a ~100 kB exposition, would hold it for milliseconds at
 a time and show up as send lag. A thread does its I/O without the loop and yields the GIL
 while it waits; each endpoint has its own thread, so a slow one never delays another. Every
-fetch has a bounded timeout (the interval, between 0.5 and 5 s) and every thread stops within
+fetch has a bounded timeout (the interval, between 1 and 5 s) and every thread stops within
 that bound once :meth:`Scraper.stop` is called (daemon threads: nothing outlives the command).
 
 Failures never stop a run: the first failure of an endpoint prints one warning line
@@ -24,12 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from duplexctl.servermetrics.endpoints import Endpoint
-from duplexctl.servermetrics.exposition import ACCEPT, NotMetrics, parse
-from duplexctl.servermetrics.store import CLOCK, FILE_NAME, JsonlWriter, Store
+from duplexctl.prometheus.endpoints import Endpoint
+from duplexctl.prometheus.exposition import ACCEPT, NotMetrics, parse
+from duplexctl.prometheus.store import CLOCK, FILE_NAME, JsonlWriter, Store
 
 MAX_BODY_BYTES: Final = 32 * 1024 * 1024
-MIN_TIMEOUT_S: Final = 0.5
+MIN_TIMEOUT_S: Final = 1.0
 MAX_TIMEOUT_S: Final = 5.0
 
 
@@ -60,6 +60,7 @@ class Scraper:
         self._warn = warn
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._gave_up: set[str] = set()
         self._writer = JsonlWriter(out / FILE_NAME) if out is not None else None
         self.timeout_s = min(max(interval_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
 
@@ -95,11 +96,20 @@ class Scraper:
                 [{"kind": "window", "label": label, "t0": round(t0, 4), "t1": round(t1, 4)}]
             )
 
-    def stop(self) -> None:
-        """Stop every thread (within one fetch timeout) and close the file."""
+    def stop(self, *, final: bool = True) -> None:
+        """Stop every thread (within one fetch timeout), scrape each endpoint a last time (so
+        counter and histogram deltas cover the whole run) and close the file."""
+        if self._stop.is_set():
+            return
         self._stop.set()
+        alive = False
         for thread in self._threads:
             thread.join(self.timeout_s + 1.0)
+            alive = alive or thread.is_alive()
+        if final and not alive:
+            for endpoint in self.endpoints:
+                if endpoint.url not in self._gave_up:
+                    self.scrape_once(endpoint)
         if self._writer is not None:
             self._writer.close()
 
@@ -115,6 +125,7 @@ class Scraper:
         next_at = time.monotonic()
         while not self._stop.is_set():
             if not self.scrape_once(endpoint):
+                self._gave_up.add(endpoint.url)
                 return
             next_at += self.interval_s
             now = time.monotonic()

@@ -3,8 +3,8 @@
 Why prometheus_client and not a hand-written parser: it is the library vLLM itself exposes
 with, so escaping, ``_total`` / ``_created`` / ``_bucket`` series and OpenMetrics'
 ``# EOF`` are read exactly as they were written. The text format is asked for (its names are
-the ones vLLM documents; prometheus_client's OpenMetrics output may escape the ``:`` of
-``vllm:…``); an endpoint answering OpenMetrics anyway is parsed with the OpenMetrics parser.
+the ones vLLM documents); an endpoint answering OpenMetrics anyway is parsed with the
+OpenMetrics parser.
 What is not an exposition (an HTML page, garbage) is a :class:`NotMetrics` naming why.
 """
 
@@ -18,8 +18,10 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-#: What the scraper asks for: the text format first (the names vLLM documents).
-ACCEPT: Final = "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;q=0.5, */*;q=0.1"
+#: What the scraper asks for: the text format only. prometheus_client (vLLM's exposition)
+#: answers OpenMetrics as soon as the header mentions it, whatever its q, and its OpenMetrics
+#: output spells ``vllm:x`` samples as ``vllm_x``.
+ACCEPT: Final = "text/plain;version=0.0.4"
 #: Families of the exporting process itself, not of the server's work: not summarised.
 PROCESS_PREFIXES: Final = ("python_", "process_")
 

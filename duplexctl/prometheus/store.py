@@ -23,7 +23,7 @@ from typing import IO, Any, Final
 
 import orjson
 
-from duplexctl.servermetrics.exposition import PROCESS_PREFIXES, Family
+from duplexctl.prometheus.exposition import PROCESS_PREFIXES, Family
 
 FILE_NAME: Final = "server_metrics.jsonl"
 CLOCK: Final = "seconds since the run started (the clock of the report's slices)"

@@ -24,9 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from duplexctl.servermetrics.store import SeriesKey, Store
+from duplexctl.prometheus.store import SeriesKey, Store
 
 PERCENTILES: Final = (50.0, 90.0, 99.0)
+#: labels every vLLM series carries: left out of the printed summary's counter lines
+_QUIET_LABELS: Final = frozenset({"model_name", "engine", "stage", "replica"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,9 +325,7 @@ def render_lines(section: dict[str, Any]) -> list[str]:
         lines.append(f"  {h['name']}: {h['count']:.0f} in the run, {ps} s")
     for c in section.get("counters", []):
         if c["delta"]:
-            label = ",".join(
-                f"{k}={v}" for k, v in c["labels"].items() if k not in ("model_name", "engine")
-            )
+            label = ",".join(f"{k}={v}" for k, v in c["labels"].items() if k not in _QUIET_LABELS)
             lines.append(f"  {c['name']}{'{' + label + '}' if label else ''}: +{c['delta']:g}")
     knee = section.get("knee")
     if knee:
