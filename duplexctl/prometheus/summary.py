@@ -262,6 +262,8 @@ def explain_knee(
             continue
         b = before.get(spec.key, {}).get(spec.headline)
         a = after[spec.key][spec.headline]
+        if not a and not b:
+            continue  # nothing happened on this series: nothing to explain
         changes.append(
             {
                 "series": spec.key,
