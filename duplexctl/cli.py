@@ -342,6 +342,9 @@ def replay(
         typer.Option(help="Write report.json, events.jsonl and WAVs here (incrementally)."),
     ] = None,
     overwrite: OverwriteOption = False,
+    server_metrics: ServerMetricsOption = None,
+    no_server_metrics: NoServerMetricsOption = False,
+    scrape_interval: ScrapeIntervalOption = None,
 ) -> None:
     """Play scripted user turns against a server; per-turn timings, audio and a report."""
     import asyncio
@@ -354,6 +357,7 @@ def replay(
     from duplexctl.scenario.parse import load_inputs
     from duplexctl.scenario.runner import run_replay
 
+    scrape = scrape_options(server_metrics, no_server_metrics, scrape_interval)
     scenario = load_inputs(inputs)
     config = resolve(
         CliOptions(
@@ -390,12 +394,17 @@ def replay(
                 out_dir=out,
                 progress=progress,
                 handle_sigint=True,
+                scrape=scrape,
             )
         )
     finally:
         if out is not None:
             announce(out)
     render(result.report, as_json=json_output)
+    if result.report.get("server_metrics") and not json_output:
+        from duplexctl.prometheus.summary import render_lines
+
+        print("\n".join(render_lines(result.report["server_metrics"])))
     if result.interrupted:
         print("duplexctl: interrupted: partial results", file=sys.stderr)
     elif result.exit_code == 1:
@@ -588,6 +597,9 @@ def probe(
     list_probes: Annotated[
         bool, typer.Option("--list", help="List the probes and what each catches.")
     ] = False,
+    server_metrics: ServerMetricsOption = None,
+    no_server_metrics: NoServerMetricsOption = False,
+    scrape_interval: ScrapeIntervalOption = None,
 ) -> None:
     """Probe a server for lifecycle bugs; one verdict per probe, exit 1 if any fails."""
     import asyncio
@@ -621,6 +633,7 @@ def probe(
         model=model,
         ref_audio=ref_audio,
         session_file=session_file,
+        scrape=scrape_options(server_metrics, no_server_metrics, scrape_interval),
     )
     _say_notes(config.settings.notes)
 
@@ -636,6 +649,10 @@ def probe(
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(summary_line(report))
+        if report.server_metrics:
+            from duplexctl.prometheus.summary import render_lines
+
+            print("\n".join(render_lines(report.server_metrics)))
     if not report.ok:
         names = ", ".join(r.name for r in report.failed)
         raise CheckFailed(f"probe failed: {names}")

@@ -173,8 +173,6 @@ def test_a_load_run_writes_server_metrics_jsonl_and_its_report_section(tmp_path:
             SHORT,
             "--sessions",
             "3",
-            "--duration",
-            "4s",
             "--workers",
             "1",
             "--plain",
@@ -188,6 +186,8 @@ def test_a_load_run_writes_server_metrics_jsonl_and_its_report_section(tmp_path:
             "100",
             "--scrape-interval",
             "0.25",
+            "--duration",
+            "6s",
         ),
         capture_output=True,
         text=True,
@@ -196,6 +196,7 @@ def test_a_load_run_writes_server_metrics_jsonl_and_its_report_section(tmp_path:
     )
     assert run.returncode == 0, run.stderr
     assert "server metrics (scraped every 0.25 s)" in run.stdout
+    assert "         server: running requests" in run.stdout  # the dashboard's server line
     assert "vllm:time_to_first_token_seconds:" in run.stdout
     lines = [json.loads(x) for x in (out / "server_metrics.jsonl").read_text().splitlines()]
     kinds = {x["kind"] for x in lines}

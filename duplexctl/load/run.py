@@ -82,7 +82,7 @@ async def target(config: LoadConfig) -> AsyncIterator[tuple[str, dict[str, Any] 
 
 
 async def _main(config: LoadConfig) -> RunResult:
-    from duplexctl.client.target import process_tls
+    from duplexctl.client.target import tls_for
     from duplexctl.prometheus.run import scraping, section, slices_of
 
     irq = Interrupts()
@@ -96,7 +96,7 @@ async def _main(config: LoadConfig) -> RunResult:
             url,
             api_key=config.api_key,
             out=out,
-            ssl_context=process_tls().context() if url.startswith("wss:") else None,
+            ssl_context=tls_for(url),
         ) as scraper:
             if config.find_capacity:
 
