@@ -51,6 +51,10 @@ class Store:
     values: dict[SeriesKey, list[float]] = field(default_factory=dict)
     windows: list[tuple[str, float, float]] = field(default_factory=list)
     scrapes: dict[str, list[int]] = field(default_factory=dict)  # endpoint → [ok, failed]
+    #: the file's header line (``interval_s``, ``endpoints``), when read from one
+    header: dict[str, Any] = field(default_factory=dict)
+    #: the first failure of each endpoint, when read from a file
+    errors: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_scrape(
@@ -138,8 +142,13 @@ class Store:
                 elif kind == "window":
                     store.windows.append((str(line["label"]), float(line["t0"]), float(line["t1"])))
                 elif kind == "scrape":
-                    counts = store.scrapes.setdefault(str(line["endpoint"]), [0, 0])
+                    endpoint = str(line["endpoint"])
+                    counts = store.scrapes.setdefault(endpoint, [0, 0])
                     counts[0 if line.get("ok") else 1] += 1
+                    if not line.get("ok"):
+                        store.errors.setdefault(endpoint, str(line.get("error", "")))
+                elif kind == "header":
+                    store.header = line
         return store
 
 

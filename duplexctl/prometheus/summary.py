@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal
 
-from duplexctl.prometheus.store import SeriesKey, Store
+from duplexctl.prometheus.store import FILE_NAME, SeriesKey, Store
 
 PERCENTILES: Final = (50.0, 90.0, 99.0)
 #: labels every vLLM series carries: left out of the printed summary's counter lines
@@ -284,6 +285,33 @@ def explain_knee(
         "changes": changes,
         "text": f"at {failed} {unit}: " + ", ".join(c["text"] for c in changes) + since,
     }
+
+
+def saved_section(directory: Path, report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A saved run's ``server_metrics``, summarised again from its ``server_metrics.jsonl``
+    when the file is there (``duplexctl report`` re-renders), else the one its report.json
+    holds (or None)."""
+    path = directory / FILE_NAME
+    if not path.is_file():
+        section = report.get("server_metrics")
+        return dict(section) if isinstance(section, dict) else None
+    store = Store.read(path)
+    cap = report.get("capacity_search")
+    slices = (
+        [] if cap else [(float(s["start_s"]), float(s["end_s"])) for s in report.get("slices", [])]
+    )
+    section = summarise(
+        store,
+        endpoints=store.header.get("endpoints", []),
+        interval_s=float(store.header.get("interval_s", 0.0)),
+        slices=slices,
+        warnings=store.errors,
+    )
+    if cap:
+        section["knee"] = explain_knee(
+            section, cap.get("largest_pass"), cap.get("first_fail"), cap["unit"]
+        )
+    return section
 
 
 def dashboard_line(store: Store, endpoints: int) -> str:
