@@ -648,11 +648,11 @@ def probe(
     if json_out:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        print(summary_line(report))
         if report.server_metrics:
             from duplexctl.prometheus.summary import render_lines
 
             print("\n".join(render_lines(report.server_metrics)))
+        print(summary_line(report))
     if not report.ok:
         names = ", ".join(r.name for r in report.failed)
         raise CheckFailed(f"probe failed: {names}")

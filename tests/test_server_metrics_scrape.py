@@ -133,6 +133,8 @@ def test_hostile_endpoints_warn_once_each_and_scraping_goes_on() -> None:
         time.sleep(2.5)
         scraper.stop()
         stopped_in = time.monotonic() - started - 2.5
+    assert len(warnings) == 5  # the default endpoint's refusal is held back …
+    scraper.release_held()  # … until the command knows it reached its server
     by_url = {w.split(": ", 1)[0]: w for w in warnings}
     assert len(warnings) == len(by_url) == 6, warnings  # one line per failing endpoint
     assert "HTML" in by_url[f"{base}/html"]
@@ -165,35 +167,26 @@ def test_the_default_endpoint_sends_the_duplex_servers_auth_header() -> None:
     assert auth == {"Bearer sk-secret", None}
 
 
-def test_a_load_run_writes_server_metrics_jsonl_and_its_report_section(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    run = subprocess.run(
+def _load(*args: str) -> subprocess.CompletedProcess[str]:
+    """A short ``load`` against the embedded server (one worker, plain lines)."""
+    return subprocess.run(
         duplexctl_cmd(
-            "load",
-            SHORT,
-            "--sessions",
-            "3",
-            "--workers",
-            "1",
-            "--plain",
-            "--out",
-            str(out),
-            "--server-option",
-            "reply_seconds=1",
-            "--server-gpu-slots",
-            "1",
-            "--server-unit-compute-ms",
-            "100",
-            "--scrape-interval",
-            "0.25",
-            "--duration",
-            "6s",
+            "load", SHORT, "--workers", "1", "--plain", "--server-option", "reply_seconds=1",
+            *args,
         ),
         capture_output=True,
         text=True,
         timeout=180,
         cwd=ROOT,
-    )
+    )  # fmt: skip
+
+
+def test_a_load_run_writes_server_metrics_jsonl_and_its_report_section(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run = _load(
+        "--sessions", "3", "--duration", "6s", "--out", str(out), "--server-gpu-slots", "1",
+        "--server-unit-compute-ms", "100", "--scrape-interval", "0.25",
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "server metrics (scraped every 0.25 s)" in run.stdout
     assert "         server: running requests" in run.stdout  # the dashboard's server line
@@ -222,33 +215,17 @@ def test_a_load_run_writes_server_metrics_jsonl_and_its_report_section(tmp_path:
 
 def test_no_server_metrics_turns_it_off(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run = subprocess.run(
-        duplexctl_cmd(
-            "load", SHORT, "--sessions", "1", "--duration", "1s", "--workers", "1", "--plain",
-            "--out", str(out), "--server-option", "reply_seconds=1", "--no-server-metrics",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )  # fmt: skip
+    run = _load("--sessions", "1", "--duration", "1s", "--out", str(out), "--no-server-metrics")
     assert run.returncode == 0, run.stderr
     assert not (out / "server_metrics.jsonl").exists()
     assert "server_metrics" not in json.loads((out / "report.json").read_text())
 
 
-def test_a_broken_extra_endpoint_is_one_warning_and_the_run_goes_on(tmp_path: Path) -> None:
+def test_a_broken_extra_endpoint_is_one_warning_and_the_run_goes_on() -> None:
     with hostile_http() as base:
-        run = subprocess.run(
-            duplexctl_cmd(
-                "load", SHORT, "--sessions", "1", "--duration", "2s", "--workers", "1",
-                "--plain", "--server-option", "reply_seconds=1",
-                "--server-metrics", f"{base}/html", "--scrape-interval", "0.2",
-            ),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
+        run = _load(
+            "--sessions", "1", "--duration", "2s", "--server-metrics", f"{base}/html",
+            "--scrape-interval", "0.2",
         )  # fmt: skip
     assert run.returncode == 0, run.stderr
     warned = [x for x in run.stderr.splitlines() if "server metrics" in x]

@@ -108,6 +108,8 @@ async def _main(config: LoadConfig) -> RunResult:
             else:
                 report = await run_step(config, url, embedded, irq, out=out)
         if scraper is not None:
+            if never_admitted(report) is None:  # else its one line says the server is away
+                scraper.release_held()
             cap = report.get("capacity_search")
             report["server_metrics"] = section(
                 scraper, slices=[] if cap else slices_of(report), capacity=cap

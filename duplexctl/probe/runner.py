@@ -200,5 +200,6 @@ async def probe_target(
         ) as scraper:
             report = await run_probes(target.url, config, facts, on_result=on_result)
         if scraper is not None:
+            scraper.release_held()
             report.server_metrics = section(scraper)
         return report

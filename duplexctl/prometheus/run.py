@@ -32,7 +32,8 @@ async def scraping(
     ssl_context: ssl.SSLContext | None = None,
     origin: float | None = None,
 ) -> AsyncIterator[Scraper | None]:
-    """Scrape for as long as the block runs; None when scraping is off. Stopping joins the
+    """Scrape for as long as the block runs; None when scraping is off. The caller calls
+    :meth:`Scraper.release_held` once it knows its run reached the server. Stopping joins the
     threads and scrapes a last time off the event loop: the server may be the embedded one,
     answering on this very loop."""
     global _active
@@ -53,9 +54,12 @@ async def scraping(
     _active = scraper
     try:
         yield scraper
-    finally:
+    except BaseException:
         _active = None
-        await asyncio.to_thread(scraper.stop)
+        await asyncio.to_thread(scraper.stop, final=False)
+        raise  # the run failed (its server unreachable …): its own line says so
+    _active = None
+    await asyncio.to_thread(scraper.stop)
 
 
 def live_line() -> str | None:

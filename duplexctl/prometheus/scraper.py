@@ -9,7 +9,10 @@ that bound once :meth:`Scraper.stop` is called (daemon threads: nothing outlives
 
 Failures never stop a run: the first failure of an endpoint prints one warning line
 (``duplexctl: warning: server metrics: URL: why``); later ones are only counted. An endpoint
-that answers 404 has no ``/metrics``: it is said once and not asked again.
+that answers 404 has no ``/metrics``: it is said once and not asked again. The default
+endpoint's *connection* failures are held back until :meth:`Scraper.release_held`: when the
+duplex server itself cannot be reached, the command says so in its own one line, and a
+second line about its ``/metrics`` would only repeat it.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Scraper:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._gave_up: set[str] = set()
+        self._held: list[str] = []
         self._writer = JsonlWriter(out / FILE_NAME) if out is not None else None
         self.timeout_s = min(max(interval_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
 
@@ -112,6 +116,12 @@ class Scraper:
                     self.scrape_once(endpoint)
         if self._writer is not None:
             self._writer.close()
+
+    def release_held(self) -> None:
+        """Print the warnings held back (the run reached its server: they are news)."""
+        for line in self._held:
+            self._warn(line)
+        self._held.clear()
 
     def __enter__(self) -> Scraper:
         return self.start()
@@ -165,7 +175,7 @@ class Scraper:
                 if isinstance(reason, TimeoutError) or "timed out" in str(reason)
                 else f"{type(reason).__name__}: {reason}"
             )
-            self._failed(endpoint, t, started, why)
+            self._failed(endpoint, t, started, why, connection=True)
             return True
         lines = self.store.add_scrape(t, endpoint.url, families)
         lines.append(self._scrape_line(endpoint, t, started, None))
@@ -187,10 +197,16 @@ class Scraper:
             line["error"] = error
         return line
 
-    def _failed(self, endpoint: Endpoint, t: float, started: float, why: str) -> None:
+    def _failed(
+        self, endpoint: Endpoint, t: float, started: float, why: str, *, connection: bool = False
+    ) -> None:
         self.store.add_failure(endpoint.url)
         if endpoint.url not in self.warnings:
             self.warnings[endpoint.url] = why
-            self._warn(f"{endpoint.url}: {why} (the run goes on)")
+            line = f"{endpoint.url}: {why} (the run goes on)"
+            if connection and endpoint.origin == "default":
+                self._held.append(line)
+            else:
+                self._warn(line)
         if self._writer is not None:
             self._writer.write([self._scrape_line(endpoint, t, started, why)])

@@ -339,6 +339,7 @@ async def run_replay(
             ) as scraper:
                 result = await replay.run(stop)
             if scraper is not None:  # the server's side of the run (docs/metrics.md)
+                scraper.release_held()
                 result.report["server_metrics"] = section(scraper)
                 if out_dir is not None:
                     write_report(out_dir, result.report)
