@@ -16,6 +16,7 @@ The file's lines (docs/metrics.md "server_metrics.jsonl"), each a JSON object wi
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +48,10 @@ class Store:
     families: dict[tuple[str, str], FamilyInfo] = field(default_factory=dict)
     #: series → family name (``vllm:x_bucket`` → ``vllm:x``)
     family_of: dict[SeriesKey, str] = field(default_factory=dict)
-    times: dict[SeriesKey, list[float]] = field(default_factory=dict)
-    values: dict[SeriesKey, list[float]] = field(default_factory=dict)
+    #: doubles in arrays, not lists of float objects: 16 bytes a sample instead of ~64 (a
+    #: real vLLM exposes ~800 series: 100 ms scrapes for 10 minutes are 4.8 M samples)
+    times: dict[SeriesKey, array[float]] = field(default_factory=dict)
+    values: dict[SeriesKey, array[float]] = field(default_factory=dict)
     windows: list[tuple[str, float, float]] = field(default_factory=list)
     scrapes: dict[str, list[int]] = field(default_factory=dict)  # endpoint → [ok, failed]
     #: the file's header line (``interval_s``, ``endpoints``), when read from one
@@ -81,8 +84,8 @@ class Store:
                 for s in fam.samples:
                     series: SeriesKey = (endpoint, s.name, tuple(sorted(s.labels.items())))
                     self.family_of.setdefault(series, fam.name)
-                    self.times.setdefault(series, []).append(t)
-                    self.values.setdefault(series, []).append(s.value)
+                    self.times.setdefault(series, array("d")).append(t)
+                    self.values.setdefault(series, array("d")).append(s.value)
                     lines.append(
                         {
                             "kind": "sample",
@@ -105,7 +108,7 @@ class Store:
         with self._lock:
             return [v[-1] for k, v in self.values.items() if k[1] == name and v]
 
-    def series(self) -> Iterator[tuple[SeriesKey, str, list[float], list[float]]]:
+    def series(self) -> Iterator[tuple[SeriesKey, str, array[float], array[float]]]:
         """(key, family name, times, values) of every series."""
         for key, times in self.times.items():
             yield key, self.family_of[key], times, self.values[key]
@@ -137,8 +140,8 @@ class Store:
                     series: SeriesKey = (endpoint, name, labels)
                     if series not in store.family_of:
                         store.family_of[series] = _family_name(store, endpoint, name)
-                    store.times.setdefault(series, []).append(float(line["t"]))
-                    store.values.setdefault(series, []).append(float(line["value"]))
+                    store.times.setdefault(series, array("d")).append(float(line["t"]))
+                    store.values.setdefault(series, array("d")).append(float(line["value"]))
                 elif kind == "window":
                     store.windows.append((str(line["label"]), float(line["t0"]), float(line["t1"])))
                 elif kind == "scrape":
