@@ -10,6 +10,15 @@ process over the run, start-up excluded); the server's ``/metrics`` is the real 
 ``duplexctl serve`` (about 8 kB of text a scrape). The goal: no measurable send-lag change at 1 s.
 
     .venv/bin/python bench/scrape_overhead.py --sessions 200 --duration 60 --rounds 3
+
+On a shared machine whose load moves by the minute, one-after-the-other runs differ more by
+when they ran than by what they did. ``--together`` runs the three modes *at the same time*
+instead, each its own ``load`` process with ``--sessions`` sessions against the one server
+(``--sessions 67 --together`` ≈ 200 sessions in all), so a change of the machine's load hits
+the three alike and their ratios keep the difference scraping makes
+(``bench/side_by_side.py`` does the same for two versions of load).
+
+    .venv/bin/python bench/scrape_overhead.py --sessions 67 --duration 60 --rounds 3 --together
 """
 
 from __future__ import annotations
@@ -37,14 +46,42 @@ MODES = {
 }
 
 
-def one_run(url: str, n: int, duration: float, extra: list[str]) -> dict[str, Any]:
-    cmd = [
+def load_command(url: str, n: int, duration: float, extra: list[str]) -> list[str]:
+    return [
         sys.executable, "-m", "duplexctl", "load", *load_turns(duration), "--url", url,
         "--sessions", str(n), "--duration", f"{duration}s", "--workers", "1", "--json",
         "--plain", "--turn-detection", "none", *extra,
     ]  # fmt: skip
+
+
+def one_run(url: str, n: int, duration: float, extra: list[str]) -> dict[str, Any]:
+    cmd = load_command(url, n, duration, extra)
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=duration + 300)
-    report = json.loads(run.stdout)
+    return figures(run.stdout)
+
+
+def together(url: str, n: int, duration: float) -> dict[str, dict[str, Any]]:
+    """The three modes at once, each its own process: {mode: figures}."""
+    procs = {
+        mode: subprocess.Popen(
+            load_command(url, n, duration, extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+        )
+        for mode, extra in MODES.items()
+    }
+    out = {}
+    for mode, proc in procs.items():
+        stdout, _ = proc.communicate(timeout=duration + 300)
+        out[mode] = figures(stdout)
+    return out
+
+
+def figures(stdout: str) -> dict[str, Any]:
+    """What one load run's --json report says about its pacing, CPU and scrapes."""
+    report = json.loads(stdout)
     v = report["validity"]
     scraped = report.get("server_metrics", {}).get("endpoints", [{}])
     return {
@@ -61,13 +98,22 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=200)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--together", action="store_true", help="run the three modes at once (shared machine)"
+    )
     args = ap.parse_args()
-    server, port, url = start_server(ROOT, args.sessions)
+    server, port, url = start_server(ROOT, args.sessions * (3 if args.together else 1))
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
     try:
         wait_healthy(port, server)
         names = list(MODES)
         for r in range(args.rounds):
+            if args.together:
+                for mode, res in together(url, args.sessions, args.duration).items():
+                    results[mode].append(res)
+                    print(f"round {r + 1} {mode:>6}: {res}", flush=True)
+                time.sleep(2.0)
+                continue
             order = names[r % len(names) :] + names[: r % len(names)]
             for mode in order:
                 res = one_run(url, args.sessions, args.duration, MODES[mode])
@@ -77,8 +123,9 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+    how = "at the same time, each" if args.together else "one after the other"
     print(
-        f"\nload --sessions {args.sessions} --duration {args.duration:g}s, "
+        f"\nload --sessions {args.sessions} --duration {args.duration:g}s, {how}, "
         f"{args.rounds} rounds (medians)"
     )
     print("scraping | send_lag_p99_ms | loop_lag_p99_ms | client_cpu_% | cpu vs off | scrapes")
