@@ -30,6 +30,14 @@ GOOD_BODY = (
 )
 
 
+DCGM_BODY = (
+    b"# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n"
+    b"# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+    b'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",modelName="NVIDIA H100"} 80\n'
+    b'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",modelName="NVIDIA H100"} 90\n'
+)
+
+
 class _Hostile(http.server.BaseHTTPRequestHandler):
     """What a misbehaving /metrics does, chosen by the path."""
 
@@ -48,6 +56,8 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
         elif path.startswith("/fail"):
             self.send_error(500, "boom")
             return
+        elif path.startswith("/dcgm"):  # what NVIDIA's DCGM exporter publishes, two GPUs
+            body, ctype = DCGM_BODY, "text/plain; version=0.0.4"
         elif path.startswith("/metrics"):
             body, ctype = GOOD_BODY, "text/plain; version=0.0.4"
         else:
@@ -230,3 +240,19 @@ def test_a_broken_extra_endpoint_is_one_warning_and_the_run_goes_on() -> None:
     assert run.returncode == 0, run.stderr
     warned = [x for x in run.stderr.splitlines() if "server metrics" in x]
     assert len(warned) == 1 and "HTML" in warned[0], run.stderr
+
+
+def test_a_dcgm_endpoint_adds_gpu_utilisation_to_the_live_line_and_the_report(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    with hostile_http() as base:
+        run = _load(
+            "--sessions", "1", "--duration", "3s", "--out", str(out),
+            "--server-metrics", f"{base}/dcgm", "--scrape-interval", "0.2",
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "GPU utilisation % 85" in run.stdout  # the dashboard: the mean of the two GPUs
+    section = json.loads((out / "report.json").read_text())["server_metrics"]
+    assert section["key"]["gpu_util"]["mean"] == 85.0
+    assert [e["origin"] for e in section["endpoints"]] == ["default", "flag"]
