@@ -51,6 +51,7 @@ async def scraping(
         ssl_context=ssl_context if https else None,
     )
     scraper.start()
+    await asyncio.to_thread(scraper.wait_first)  # the counters' baseline precedes the run
     _active = scraper
     try:
         yield scraper

@@ -65,6 +65,7 @@ class Scraper:
         self._threads: list[threading.Thread] = []
         self._gave_up: set[str] = set()
         self._held: list[str] = []
+        self._first: list[threading.Event] = []
         self._writer = JsonlWriter(out / FILE_NAME) if out is not None else None
         self.timeout_s = min(max(interval_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
 
@@ -85,12 +86,24 @@ class Scraper:
                 ]
             )
         for endpoint in self.endpoints:
+            first = threading.Event()
+            self._first.append(first)
             thread = threading.Thread(
-                target=self._run, args=(endpoint,), name=f"scrape {endpoint.url}", daemon=True
+                target=self._run,
+                args=(endpoint, first),
+                name=f"scrape {endpoint.url}",
+                daemon=True,
             )
             self._threads.append(thread)
             thread.start()
         return self
+
+    def wait_first(self) -> None:
+        """Block until every endpoint has answered (or failed) once, at most one fetch timeout:
+        the baseline of the counters is then taken before the run does anything."""
+        deadline = time.monotonic() + self.timeout_s + 0.5
+        for first in self._first:
+            first.wait(max(0.0, deadline - time.monotonic()))
 
     def mark(self, label: str, t0: float, t1: float) -> None:
         """Record a window of the run (a capacity step) on the run's clock."""
@@ -131,10 +144,12 @@ class Scraper:
 
     # -- one endpoint ---------------------------------------------------------------------
 
-    def _run(self, endpoint: Endpoint) -> None:
+    def _run(self, endpoint: Endpoint, first: threading.Event) -> None:
         next_at = time.monotonic()
         while not self._stop.is_set():
-            if not self.scrape_once(endpoint):
+            keep_going = self.scrape_once(endpoint)
+            first.set()
+            if not keep_going:
                 self._gave_up.add(endpoint.url)
                 return
             next_at += self.interval_s
