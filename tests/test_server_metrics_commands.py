@@ -20,7 +20,9 @@ def test_replay_writes_the_servers_side_of_the_run(tmp_path: Path) -> None:
     run = _run("replay", HELLO, "--out", str(out), "--scrape-interval", "0.2")
     assert run.returncode == 0, run.stderr
     assert "server metrics (scraped every 0.2 s)" in run.stdout
-    section = json.loads((out / "report.json").read_text())["server_metrics"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["scrape_interval_s"] == 0.2  # the options echoed like the others
+    section = report["server_metrics"]
     ttft = next(h for h in section["histograms"] if h["name"] == "vllm:time_to_first_token_seconds")
     assert ttft["count"] == 1.0  # one turn, one reply: the server saw exactly that
     kinds = {json.loads(x)["kind"] for x in (out / "server_metrics.jsonl").read_text().splitlines()}

@@ -341,6 +341,8 @@ async def run_replay(
             if scraper is not None:  # the server's side of the run (docs/metrics.md)
                 scraper.release_held()
                 result.report["server_metrics"] = section(scraper)
+                assert scrape is not None  # a scraper exists only when scraping was asked
+                result.report.setdefault("config", {}).update(scrape.echo())
                 if out_dir is not None:
                     write_report(out_dir, result.report)
             return result
