@@ -97,6 +97,32 @@ OverwriteOption = Annotated[
 ]
 
 
+ServerMetricsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--server-metrics",
+        help="Also scrape this Prometheus /metrics URL (DCGM, node exporter …; repeatable). "
+        "The server's own /metrics is scraped by default.",
+    ),
+]
+NoServerMetricsOption = Annotated[
+    bool, typer.Option("--no-server-metrics", help="Do not scrape any server /metrics.")
+]
+ScrapeIntervalOption = Annotated[
+    float | None,
+    typer.Option("--scrape-interval", help="Seconds between scrapes of /metrics (default 1)."),
+]
+
+
+def scrape_options(
+    server_metrics: list[str] | None, no_server_metrics: bool, scrape_interval: float | None
+) -> Any:
+    """The server-metrics options of load, replay and probe, checked once (exit 2)."""
+    from duplexctl.prometheus.endpoints import resolve
+
+    return resolve(server_metrics, enabled=not no_server_metrics, interval_s=scrape_interval)
+
+
 def server_url(url: str | None, ca_file: Path | None, insecure: bool) -> str | None:
     """The shared --url / --ca-file / --insecure of every client command, before anything
     starts (duplexctl.client.target): the URL to connect to (None: the embedded server), one
@@ -326,6 +352,9 @@ def replay(
         typer.Option(help="Write report.json, events.jsonl and WAVs here (incrementally)."),
     ] = None,
     overwrite: OverwriteOption = False,
+    server_metrics: ServerMetricsOption = None,
+    no_server_metrics: NoServerMetricsOption = False,
+    scrape_interval: ScrapeIntervalOption = None,
 ) -> None:
     """Play scripted user turns against a server; per-turn timings, audio and a report."""
     import asyncio
@@ -338,6 +367,7 @@ def replay(
     from duplexctl.scenario.parse import load_inputs
     from duplexctl.scenario.runner import run_replay
 
+    scrape = scrape_options(server_metrics, no_server_metrics, scrape_interval)
     scenario = load_inputs(inputs)
     config = resolve(
         CliOptions(
@@ -374,12 +404,17 @@ def replay(
                 out_dir=out,
                 progress=progress,
                 handle_sigint=True,
+                scrape=scrape,
             )
         )
     finally:
         if out is not None:
             announce(out)
     render(result.report, as_json=json_output)
+    if result.report.get("server_metrics") and not json_output:
+        from duplexctl.prometheus.summary import render_lines
+
+        print("\n".join(render_lines(result.report["server_metrics"])))
     if result.interrupted:
         print("duplexctl: interrupted: partial results", file=sys.stderr)
     elif result.exit_code == 1:
@@ -577,6 +612,9 @@ def probe(
         typer.Option(help="Write report.json and report.html here, updated after each probe."),
     ] = None,
     overwrite: OverwriteOption = False,
+    server_metrics: ServerMetricsOption = None,
+    no_server_metrics: NoServerMetricsOption = False,
+    scrape_interval: ScrapeIntervalOption = None,
 ) -> None:
     """Probe a server for lifecycle bugs; one verdict per probe, exit 1 if any fails."""
     import asyncio
@@ -610,6 +648,7 @@ def probe(
         model=model,
         ref_audio=ref_audio,
         session_file=session_file,
+        scrape=scrape_options(server_metrics, no_server_metrics, scrape_interval),
     )
     _say_notes(config.settings.notes)
 
@@ -638,6 +677,10 @@ def probe(
     if json_out:
         print(json.dumps(report.to_dict(), indent=2))
     else:
+        if report.server_metrics:
+            from duplexctl.prometheus.summary import render_lines
+
+            print("\n".join(render_lines(report.server_metrics)))
         print(summary_line(report))
     if not report.ok:
         names = ", ".join(r.name for r in report.failed)
@@ -752,6 +795,9 @@ def load(
         typer.Option(help="Embedded server setting KEY=VALUE, e.g. reply_seconds=1 (repeatable)."),
     ] = None,
     no_uvloop: Annotated[bool, typer.Option("--no-uvloop", help="Use asyncio's own loop.")] = False,
+    server_metrics: ServerMetricsOption = None,
+    no_server_metrics: NoServerMetricsOption = False,
+    scrape_interval: ScrapeIntervalOption = None,
 ) -> None:
     """Many sessions at once: latency under load, admission limit, capacity, SLOs."""
     import os
@@ -825,6 +871,7 @@ def load(
         json_output=json_output,
         live=live,
         uvloop=not no_uvloop,
+        scrape=scrape_options(server_metrics, no_server_metrics, scrape_interval),
         server_overrides={
             "max_sessions": server_max_sessions,
             "gpu_slots": server_gpu_slots,

@@ -183,6 +183,12 @@ def process_tls() -> TlsPolicy:
     return _process_tls if _process_tls is not None else TlsPolicy.from_env()
 
 
+def tls_for(url: str) -> ssl.SSLContext | None:
+    """The TLS context for ``url`` under the process's policy (None for plain ``ws://``): the
+    server's ``/metrics`` on the same host is trusted exactly like its websocket."""
+    return process_tls().context() if url.startswith("wss:") else None
+
+
 # --------------------------------------------------------------------------------------------
 # The command line boundary and the embedded server
 # --------------------------------------------------------------------------------------------

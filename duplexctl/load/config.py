@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.errors import BadInput
+from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.resolver import FLAGS, Command, RunSettings, resolve
 
 MIX_KINDS: Final = ("barge_in", "cancel", "drop_resume")
@@ -144,6 +145,8 @@ class LoadConfig:
     live: bool | None = None  # None: rich dashboard when stdout is a TTY
     status_interval_s: float = 1.0
     uvloop: bool = True
+    # server metrics: --server-metrics / --no-server-metrics / --scrape-interval, checked
+    scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
     # the embedded server when no --url (ServerConfig fields), echoed in the report
     server_overrides: dict[str, Any] = field(default_factory=dict)
     # the resolved settings (resolver): set by __post_init__, kept by dataclasses.replace
@@ -241,6 +244,9 @@ class LoadConfig:
             if f.name in ("api_key", "settings"):
                 continue
             value = getattr(self, f.name)
+            if isinstance(value, ScrapeOptions):
+                out.update(value.echo())
+                continue
             out[f.name] = str(value) if isinstance(value, Mix) else value
         out.update(self.settings.echo())  # the settings used, with ``origin`` of each
         out["api_key_given"] = self.api_key is not None

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from duplexctl.load.recorder import live_percentiles
+from duplexctl.prometheus.run import live_line
 from duplexctl.report.summary import format_value
 
 PLAIN_EVERY_S = 5.0
@@ -177,6 +178,9 @@ class Dashboard:
             if now - self._last_plain >= PLAIN_EVERY_S:
                 self._last_plain = now
                 print(self.line(snap), file=self.stream, flush=True)
+                server = live_line()
+                if server is not None:
+                    print(f"         {server}", file=self.stream, flush=True)
             return
         if self._live is not None:
             self._live.update(self._render(snap))
@@ -209,6 +213,9 @@ class Dashboard:
         )
         table.add_row("send lag p99 (10 s)", f"{format_value(lag99)} ms")
         table.add_row("connection drops", str(snap.get("drops", 0)))
+        server = live_line()
+        if server is not None:
+            table.add_row("server", server.removeprefix("server: "))
         errors = snap.get("errors", {})
         table.add_row("errors", ", ".join(f"{k} {n}" for k, n in sorted(errors.items())) or "none")
         return table

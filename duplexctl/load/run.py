@@ -83,15 +83,38 @@ async def target(config: LoadConfig) -> AsyncIterator[tuple[str, dict[str, Any] 
 
 
 async def _main(config: LoadConfig) -> RunResult:
+    from duplexctl.client.target import tls_for
+    from duplexctl.prometheus.run import scraping, section, slices_of
+
     irq = Interrupts()
     irq.install()
     out = Path(config.out) if config.out else None
     async with target(config) as (url, embedded):
         extra: dict[str, Any] = {}
-        if config.find_capacity:
-            report = await find_capacity(config, url, embedded, irq)
-        else:
-            report = await run_step(config, url, embedded, irq, out=out)
+        # the server's /metrics, scraped by threads beside the run (docs/metrics.md)
+        async with scraping(
+            config.scrape,
+            url,
+            api_key=config.api_key,
+            out=out,
+            ssl_context=tls_for(url),
+        ) as scraper:
+            if config.find_capacity:
+
+                def mark(level: int, start: float, end: float) -> None:
+                    if scraper is not None:
+                        scraper.mark(str(level), start - scraper.origin, end - scraper.origin)
+
+                report = await find_capacity(config, url, embedded, irq, on_step=mark)
+            else:
+                report = await run_step(config, url, embedded, irq, out=out)
+        if scraper is not None:
+            if never_admitted(report) is None:  # else its one line says the server is away
+                scraper.release_held()
+            cap = report.get("capacity_search")
+            report["server_metrics"] = section(
+                scraper, slices=[] if cap else slices_of(report), capacity=cap
+            )
         if (config.measure_slot_release or config.find_capacity) and not irq.interrupted:
             extra["slot_release"] = await measure_slot_release(config, url, irq.stop)
         report.update(extra)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from duplexctl.client.connection import (
@@ -46,8 +47,14 @@ MAX_HOLDERS: Final = 1024
 
 
 async def find_capacity(
-    config: LoadConfig, url: str, embedded: dict[str, Any] | None, irq: Interrupts
+    config: LoadConfig,
+    url: str,
+    embedded: dict[str, Any] | None,
+    irq: Interrupts,
+    on_step: Callable[[int, float, float], None] | None = None,
 ) -> dict[str, Any]:
+    """The search; ``on_step(level, start, end)`` (monotonic seconds) after each step (the
+    server metrics scraped during it are summarised per step)."""
     open_loop = config.rate is not None
     unit = "sessions/s" if open_loop else "sessions"
     search = CapacitySearch(start=config.capacity_start, max_level=config.max_level)
@@ -65,9 +72,12 @@ async def find_capacity(
             count=None,
             slos=list(config.slos),
         )
+        started = time.monotonic()
         report = await run_step(
             step_cfg, url, embedded, irq, out=None, title=f"capacity step: {level} {unit}"
         )
+        if on_step is not None:
+            on_step(level, started, time.monotonic())
         if irq.interrupted:
             break
         headline = tally_of(report).headline()

@@ -88,6 +88,7 @@ class ProbeReport:
     duration_ms: float
     budget_s: float
     settings: dict[str, Any] = field(default_factory=dict)  # the session settings, with origins
+    server_metrics: dict[str, Any] | None = None  # scraped /metrics (docs/metrics.md)
 
     @property
     def failed(self) -> list[ProbeResult]:
@@ -110,4 +111,5 @@ class ProbeReport:
             "budget_s": self.budget_s,
             "settings": self.settings,
             "results": [r.to_dict() for r in self.results],
+            **({"server_metrics": self.server_metrics} if self.server_metrics else {}),
         }

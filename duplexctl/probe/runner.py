@@ -23,6 +23,7 @@ from duplexctl.errors import ServerUnreachable
 from duplexctl.probe.context import Facts, ProbeContext, probe_settings
 from duplexctl.probe.model import ProbeFailed, ProbeReport, ProbeResult, ProbeSkipped, Verdict
 from duplexctl.probe.registry import Probe, select
+from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.resolver import Command, RunSettings, resolve
 
@@ -49,6 +50,8 @@ class ProbeConfig:
     model: str | None = None
     ref_audio: str | None = None  # MiniCPM-o refuses to open without a voice clip
     session_file: str | None = None
+    # server metrics (--server-metrics / --no-server-metrics / --scrape-interval), checked
+    scrape: ScrapeOptions | None = None
     settings: RunSettings = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -172,7 +175,8 @@ async def probe_target(
     """Probe ``config.url``, or — without one — the reference server started in-process
     (with ``--max-sessions`` / ``--disconnect-grace-s`` applied to it when given);
     ``on_embedded`` gets the line saying so."""
-    from duplexctl.client.target import server_target
+    from duplexctl.client.target import server_target, tls_for
+    from duplexctl.prometheus.run import scraping, section
 
     facts = _facts(config)
     embedded_settings = {
@@ -191,4 +195,11 @@ async def probe_target(
             facts.disconnect_grace_s, facts.grace_source = server.disconnect_grace_s, "embedded"
             if on_embedded is not None and target.line:
                 on_embedded(target.line)
-        return await run_probes(target.url, config, facts, on_result=on_result)
+        async with scraping(
+            config.scrape, target.url, api_key=config.api_key, ssl_context=tls_for(target.url)
+        ) as scraper:
+            report = await run_probes(target.url, config, facts, on_result=on_result)
+        if scraper is not None:
+            scraper.release_held()
+            report.server_metrics = section(scraper)
+        return report

@@ -188,11 +188,7 @@ class RunArtifacts:
 
     def write_report(self, report: dict[str, Any]) -> Path:
         """Replace report.json atomically (always a complete document on disk)."""
-        path = self.dir / "report.json"
-        tmp = self.dir / ".report.json.tmp"
-        tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        return write_report(self.dir, report)
 
     # -- end ---------------------------------------------------------------------------------
 
@@ -211,3 +207,12 @@ class RunArtifacts:
 
 def _safe(status: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in status) or "unknown"
+
+
+def write_report(directory: Path, report: dict[str, Any]) -> Path:
+    """Replace ``directory/report.json`` atomically (always a complete document on disk)."""
+    path = directory / "report.json"
+    tmp = directory / ".report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -537,6 +537,14 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
                 print(f"{name}: {_pct_line(f)}", file=stream)
     for line in summary_lines(report):
         print(line, file=stream)
+    if report.get("server_metrics") or report.get("server_metrics_by_run"):
+        from duplexctl.prometheus.summary import render_lines
+
+        sections = [("", report["server_metrics"])] if report.get("server_metrics") else []
+        sections += [(f"{s['source']}: ", s) for s in report.get("server_metrics_by_run", [])]
+        for prefix, section in sections:
+            for line in render_lines(section):
+                print(prefix + line if line.startswith("server metrics") else line, file=stream)
 
 
 def _pct_line(f: Mapping[str, Any]) -> str:

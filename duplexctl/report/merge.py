@@ -129,6 +129,7 @@ def rerender(
     loaded = [load_result(r) for r in results]
     docs = [doc for _p, doc in loaded]
     report = merge_reports(docs, sources=[str(p) for p, _d in loaded])
+    _server_metrics(report, loaded)
     exprs = list(slos) or list(report.get("config", {}).get("slos") or [])
     try:
         parsed = parse_slos(exprs)
@@ -147,6 +148,9 @@ def rerender(
             parts = [p.parent / name for p, _d in loaded if (p.parent / name).exists()]
             if parts:
                 _concat(parts, target / name)
+        scraped = loaded[0][0].parent / "server_metrics.jsonl"
+        if len(loaded) == 1 and scraped.exists():  # several runs' samples are not pooled
+            _concat([scraped], target / scraped.name)
     if plot is not None:
         from duplexctl.report.plots import draw
 
@@ -244,6 +248,22 @@ def _html_target(html: str | None, inputs: Sequence[str]) -> Path | None:
     if not path.parent.is_dir():
         raise BadInput(f"--html {html}: no such directory {path.parent}")
     return path
+def _server_metrics(report: dict[str, Any], loaded: Sequence[tuple[Path, dict[str, Any]]]) -> None:
+    """The server's metrics of the runs, summarised again from their files (docs/metrics.md
+    "Server metrics"). One run: its ``server_metrics``. Several: each run's own, under
+    ``server_metrics_by_run`` — their clocks have separate zeros, and runs of several hosts
+    scraped the same server, so samples are not pooled."""
+    from duplexctl.prometheus.summary import saved_section
+
+    sections = [(str(p), saved_section(p.parent, doc)) for p, doc in loaded]
+    report.pop("server_metrics", None)
+    if len(sections) == 1:
+        if sections[0][1] is not None:
+            report["server_metrics"] = sections[0][1]
+        return
+    by_run = [{"source": src, **sec} for src, sec in sections if sec is not None]
+    if by_run:
+        report["server_metrics_by_run"] = by_run
 
 
 def _output_dirs(

@@ -15,6 +15,10 @@ Plots:
   whole-run percentile.
 * ``rejection_over_time.png`` — rejection rate per slice (attempts not admitted, whatever
   the cause, over attempts).
+* ``server_over_time.png`` — the server's key series scraped from its ``/metrics`` (running
+  and waiting requests, KV cache usage; docs/metrics.md "Server metrics") per time slice, on
+  the latency plot's time axis, so a queue that grows shows up under the latency it causes.
+* ``server_vs_concurrency.png`` — the same series per capacity step, against its level.
 * ``latency_vs_concurrency.png`` / ``rejection_vs_concurrency.png`` — for a capacity
   search (each step's ttfa p95 and rejection rate against its offered level), or for several
   runs given together (each run's offered level from its config).
@@ -143,6 +147,20 @@ def draw(
         ax.set_title("attempts not admitted over time")
         written.append(_save(plt, fig, directory / "rejection_over_time.png"))
 
+    server = report.get("server_metrics") or {}
+    server_slices = [s for s in server.get("slices", []) if s["start_s"] < span and s["key"]]
+    if server_slices:
+        t = [(s["start_s"] + min(s["end_s"], span)) / 2 for s in server_slices]
+        written.append(
+            _server_plot(plt, t, [s["key"] for s in server_slices], directory, time_span=span)
+        )
+    steps = [s for s in server.get("steps", []) if s["key"]]
+    if steps:
+        order = sorted(steps, key=lambda s: float(s["label"]))
+        unit = (report.get("capacity_search") or {}).get("unit", "offered load")
+        levels = [float(s["label"]) for s in order]
+        written.append(_server_plot(plt, levels, [s["key"] for s in order], directory, unit=unit))
+
     points = _level_points(report, runs)
     if points:
         unit = (report.get("capacity_search") or {}).get("unit", "offered load")
@@ -161,3 +179,40 @@ def draw(
             ax.set_title(ylabel + " against load")
             written.append(_save(plt, fig, directory / name))
     return written
+
+
+def _server_plot(
+    plt: Any,
+    xs: Sequence[float],
+    keys: Sequence[Mapping[str, Any]],
+    directory: Path,
+    *,
+    time_span: float | None = None,
+    unit: str = "",
+) -> Path:
+    """Running / waiting requests (max in each slice or step) and KV cache usage (mean),
+    against time (``time_span``: the latency plot's axis) or against the offered level."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    shown: list[float | None] = []
+    for series, style in (("running", "-"), ("waiting", "--")):
+        ys = [k.get(series, {}).get("max") for k in keys]
+        shown.extend(ys)
+        ax.plot(
+            xs, [y if y is not None else float("nan") for y in ys], style, label=f"{series} (max)"
+        )
+    ax.set_ylim(*value_limits(shown))
+    ax.set_ylabel("requests")
+    ax.legend(loc="upper left")
+    ax2 = ax.twinx()
+    kv = [k.get("kv_cache_usage", {}).get("mean") for k in keys]
+    ax2.plot(xs, [y if y is not None else float("nan") for y in kv], ":", color="grey")
+    ax2.set_ylim(*RATE_LIMITS)
+    ax2.set_ylabel("KV cache usage (mean, dotted)")
+    if time_span is not None:
+        _time_axis(ax, time_span)
+        ax.set_title("server: requests and KV cache over time")
+        return _save(plt, fig, directory / "server_over_time.png")
+    ax.set_xlim(0.0, max(xs) * HEADROOM)
+    ax.set_xlabel(unit)
+    ax.set_title("server: requests and KV cache against load")
+    return _save(plt, fig, directory / "server_vs_concurrency.png")

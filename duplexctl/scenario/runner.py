@@ -47,7 +47,8 @@ from typing import Any
 
 from duplexctl.audio.pacer import Pacer
 from duplexctl.client.connection import ConnectionOptions, DuplexConnection, OpenFailed
-from duplexctl.report.artifacts import RunArtifacts
+from duplexctl.prometheus.endpoints import ScrapeOptions
+from duplexctl.report.artifacts import RunArtifacts, write_report
 from duplexctl.report.turns import TurnRecord
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.clips import SpokenClip, load_clips
@@ -294,6 +295,7 @@ async def run_replay(
     out_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
     handle_sigint: bool = False,
+    scrape: ScrapeOptions | None = None,
 ) -> ReplayResult:
     """The ``replay`` command's body: embedded server when no URL, Ctrl-C = stop and save.
 
@@ -322,7 +324,8 @@ async def run_replay(
         for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, on_signal, signum)
     try:
-        from duplexctl.client.target import server_target
+        from duplexctl.client.target import server_target, tls_for
+        from duplexctl.prometheus.run import scraping, section
 
         async with server_target(url) as target:
             if target.line:
@@ -337,7 +340,18 @@ async def run_replay(
                 meta={"embedded_server": True} if target.embedded else None,
                 clips=clips,
             )
-            return await replay.run(stop)
+            async with scraping(
+                scrape, target.url, api_key=api_key, out=out_dir, ssl_context=tls_for(target.url)
+            ) as scraper:
+                result = await replay.run(stop)
+            if scraper is not None:  # the server's side of the run (docs/metrics.md)
+                scraper.release_held()
+                result.report["server_metrics"] = section(scraper)
+                assert scrape is not None  # a scraper exists only when scraping was asked
+                result.report.setdefault("config", {}).update(scrape.echo())
+                if out_dir is not None:
+                    write_report(out_dir, result.report)
+            return result
     finally:
         if handle_sigint:
             for signum in STOP_SIGNALS:

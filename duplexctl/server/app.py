@@ -27,6 +27,7 @@ from websockets.http11 import Request, Response
 from duplexctl.protocol import codec
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.handler import handle
+from duplexctl.server.metrics import ServerMetrics
 from duplexctl.server.registry import Engine, Registry, default_engine
 
 WS_PATHS = frozenset({"/v1/realtime", "/v1/duplex"})
@@ -44,9 +45,26 @@ def _json_response(status: HTTPStatus, body: dict[str, Any]) -> Response:
     return Response(status.value, status.phrase, headers, payload)
 
 
-def _process_request(connection: ServerConnection, request: Request) -> Response | None:
+def _metrics_response(metrics: ServerMetrics, request: Request) -> Response:
+    """``GET /metrics`` in the text format, or OpenMetrics when the scraper asks for it."""
+    body, content_type = metrics.exposition(request.headers.get("Accept"))
+    headers = Headers(
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+        ]
+    )
+    return Response(HTTPStatus.OK.value, HTTPStatus.OK.phrase, headers, body)
+
+
+def _process_request(
+    connection: ServerConnection, request: Request, *, metrics: ServerMetrics | None = None
+) -> Response | None:
     """Answer plain HTTP routes; let only the two duplex paths upgrade."""
     path = request.path.split("?", 1)[0]
+    if path == "/metrics" and metrics is not None:
+        return _metrics_response(metrics, request)
     if path == "/health":
         return _json_response(HTTPStatus.OK, {"status": "healthy"})
     if path == "/ready":
@@ -65,6 +83,7 @@ class RunningServer:
     registry: Registry
     _server: Server = field(repr=False)
     _closed: bool = field(default=False, repr=False)
+    metrics: ServerMetrics | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -98,19 +117,24 @@ async def start_server(config: ServerConfig, *, engine: Engine | None = None) ->
     ``duplexctl.server.session`` engine is bound.
     """
     registry = Registry(config, engine if engine is not None else default_engine(config))
+    metrics = ServerMetrics(config, registry, registry.engine.gpu)
     server = await serve(
         partial(handle, registry=registry),
         config.host,
         config.port,
         compression=None,
         max_size=config.ws_max_size,
-        process_request=_process_request,
+        process_request=partial(_process_request, metrics=metrics),
         # the read loop owns receive timeouts; keepalive pings are the library default
     )
     registry.start_reaper()
     sockname = next(iter(server.sockets)).getsockname()
     return RunningServer(
-        host=str(sockname[0]), port=int(sockname[1]), registry=registry, _server=server
+        host=str(sockname[0]),
+        port=int(sockname[1]),
+        registry=registry,
+        _server=server,
+        metrics=metrics,
     )
 
 

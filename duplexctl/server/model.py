@@ -22,6 +22,7 @@ import struct
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -39,6 +40,13 @@ def load_factor(busy: int) -> float:
     return 1.0 + 0.1 * max(0, busy - 1)
 
 
+class RequestObserver(Protocol):
+    """Told about each reply the GPU computes (``server/metrics.py`` turns it into /metrics)."""
+
+    def first_output(self, seconds: float) -> None: ...
+    def finished(self, queue_s: float, e2e_s: float, reason: str) -> None: ...
+
+
 class SimulatedGpu:
     """Batch slots shared by all sessions; output units queue when they are all busy."""
 
@@ -53,12 +61,18 @@ class SimulatedGpu:
         self.units = 0
         self.compute_ms_total = 0.0
         self.wait_ms_total = 0.0
+        self.observer: RequestObserver | None = None
 
     async def compute_unit(self) -> float:
         """Occupy a slot for one output unit; returns the ms spent (queueing included)."""
+        waited, ms = await self.run_unit()
+        return waited + ms
+
+    async def run_unit(self) -> tuple[float, float]:
+        """Occupy a slot for one output unit; returns (ms waited for the slot, ms computed)."""
         if self.unit_compute_ms <= 0:
             self.units += 1
-            return 0.0
+            return 0.0, 0.0
         start = time.monotonic()
         self.queued += 1
         try:
@@ -78,7 +92,7 @@ class SimulatedGpu:
         self.units += 1
         self.compute_ms_total += ms
         self.wait_ms_total += waited
-        return waited + ms
+        return waited, ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,17 +205,28 @@ class SimulatedModel:
         await asyncio.sleep(max(0.0, due - loop_time()))
         first_at = 0.0
         period = self.chunk_period_s()
-        for index in range(n_units):
-            await gpu.compute_unit()
-            if index == 0:
-                first_at = loop_time()
-            elif period > 0:
-                await asyncio.sleep(max(0.0, first_at + index * period - loop_time()))
-            chunk = audio[index * step : (index + 1) * step]
-            end = min(total, (index + 1) * step)
-            yield OutputChunk(
-                index=index,
-                samples=chunk,
-                end_ms=round(end * 1000 / OUTPUT_RATE),
-                last=index == n_units - 1,
-            )
+        observer = gpu.observer
+        queued_ms = 0.0
+        reason = "abort"  # unless every unit is yielded: the reply was cut or its session ended
+        try:
+            for index in range(n_units):
+                waited, _ = await gpu.run_unit()
+                queued_ms += waited
+                if index == 0:
+                    first_at = loop_time()
+                    if observer is not None:
+                        observer.first_output(first_at - submitted_at)
+                elif period > 0:
+                    await asyncio.sleep(max(0.0, first_at + index * period - loop_time()))
+                chunk = audio[index * step : (index + 1) * step]
+                end = min(total, (index + 1) * step)
+                yield OutputChunk(
+                    index=index,
+                    samples=chunk,
+                    end_ms=round(end * 1000 / OUTPUT_RATE),
+                    last=index == n_units - 1,
+                )
+            reason = "stop"
+        finally:
+            if observer is not None:
+                observer.finished(queued_ms / 1000.0, loop_time() - submitted_at, reason)

@@ -63,6 +63,8 @@ class Engine:
 
     validate_open: Callable[[dict[str, Any] | None], None]
     create: Callable[[str, dict[str, Any] | None, Emit], EngineLike]
+    #: the simulated GPU the sessions share (``server/metrics.py`` reads it); None for doubles
+    gpu: Any = None
 
 
 def default_engine(config: ServerConfig) -> Engine:
@@ -76,7 +78,9 @@ def default_engine(config: ServerConfig) -> Engine:
             session_id=session_id, session_obj=session_obj, config=config, gpu=gpu, emit=emit
         )
 
-    return Engine(validate_open=lambda obj: session.validate_open(obj, config), create=create)
+    return Engine(
+        validate_open=lambda obj: session.validate_open(obj, config), create=create, gpu=gpu
+    )
 
 
 class Attachment(Protocol):
@@ -322,6 +326,8 @@ class Registry:
         self._slots_held = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reaper: asyncio.Task[None] | None = None
+        #: opens refused because every admission slot was held (``/metrics``)
+        self.rejected = 0
 
     # -- admission ------------------------------------------------------------------------
 
@@ -342,6 +348,7 @@ class Registry:
     def admit(self) -> ManagedSession | None:
         """Reserve a slot and a session id at once (synchronous: exact under bursts)."""
         if self._slots_held >= self.config.max_sessions:
+            self.rejected += 1
             return None
         self._slots_held += 1
         managed = ManagedSession(self, ids.session_id())
