@@ -248,6 +248,8 @@ def _html_target(html: str | None, inputs: Sequence[str]) -> Path | None:
     if not path.parent.is_dir():
         raise BadInput(f"--html {html}: no such directory {path.parent}")
     return path
+
+
 def _server_metrics(report: dict[str, Any], loaded: Sequence[tuple[Path, dict[str, Any]]]) -> None:
     """The server's metrics of the runs, summarised again from their files (docs/metrics.md
     "Server metrics"). One run: its ``server_metrics``. Several: each run's own, under
