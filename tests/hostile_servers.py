@@ -67,6 +67,7 @@ class Script:
     refuse_resume: bool = False
     close_after_script: bool = False  # end the session (session.closed) after the frames
     frame_gap_s: float = 0.0
+    created_delay_s: float = 0.0  # a slow model load: session.created this late
 
 
 @dataclass
@@ -153,6 +154,7 @@ class _Duplex:
                 self.server.received.append(frame)
                 etype = frame.get("type") if isinstance(frame, dict) else None
                 if etype == "session.update":
+                    await asyncio.sleep(self.script.created_delay_s)
                     await ws.send(json.dumps(session_created()))
                     seq += 1
                     await ws.send(json.dumps(event("session.updated", seq, session={})))

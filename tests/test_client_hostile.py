@@ -120,6 +120,38 @@ async def test_give_up_ends_an_open_at_once(hostile_server: Any) -> None:
     assert "the run stopped" in str(caught.value)
 
 
+@pytest.mark.parametrize("how", ["give_up", "cancel"])
+async def test_an_open_abandoned_mid_handshake_still_closes_its_session(
+    hostile_server: Any, how: str
+) -> None:
+    """Stopped after session.update went out but before session.created came back (Ctrl-C,
+    SIGTERM, the run's end): the server creates the session anyway, and a dropped socket would
+    hold its slot for the whole disconnect grace — so the client waits briefly for
+    session.created and sends session.close (it made probe's SIGTERM test flaky)."""
+    server = await hostile_server("duplex", script=Script(created_delay_s=0.8))
+    stop = asyncio.Event()
+    opening = asyncio.ensure_future(
+        DuplexConnection.open(
+            server.url, SETTINGS, timeout=30, give_up=stop if how == "give_up" else None
+        )
+    )
+    deadline = time.monotonic() + 10
+    while not server.received and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # until session.update reached the server
+    assert [f.get("type") for f in server.received] == ["session.update"]
+    if how == "give_up":
+        stop.set()
+        with pytest.raises(OpenFailed) as caught:
+            await opening
+        assert caught.value.gave_up
+    else:
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+    sent = [f.get("type") for f in server.received]
+    assert sent[0] == "session.update" and sent[-1] == "session.close", sent
+
+
 async def test_malformed_events_after_the_handshake_are_violations_with_evidence(
     hostile_server: Any,
 ) -> None:

@@ -363,10 +363,29 @@ class DuplexConnection:
                 await self._open(update, timeout)
             else:
                 await self._open_unless(give_up, update, timeout)
-        except BaseException:
+        except BaseException as exc:
+            if _abandoned(exc):
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(self._settle_handshake())
             await self._abort_quietly()
             raise
         return self
+
+    async def _settle_handshake(self, wait_s: float = 2.0) -> None:
+        """The open was abandoned (Ctrl-C, SIGTERM, the run stopping) after session.update
+        went out but before session.created came back. The server has created the session,
+        or is about to, and a dropped socket would hold its slot for the whole disconnect
+        grace; so wait briefly for session.created, and :meth:`_abort_quietly` closes the
+        session as every session is closed (session.close)."""
+        ws, t = self._ws, self.timings
+        if ws is None or t.t_update_sent_ns is None or self.session.created:
+            return
+        deadline = time.monotonic() + wait_s
+        with contextlib.suppress(TimeoutError, ConnectionClosed):
+            while not self.session.created:
+                for h in await self._recv_handshake(ws, deadline):
+                    if isinstance(h, ErrorReceived) and h.seq is None:
+                        return  # refused: no session to close
 
     async def _open_unless(
         self, give_up: asyncio.Event, update: dict[str, Any], timeout: float
@@ -1007,3 +1026,11 @@ async def connect(
     )
     async with conn:
         yield conn
+
+
+def _abandoned(exc: BaseException) -> bool:
+    """An open given up by its caller (cancelled, interrupted, or the run stopping), not
+    failed by the server: the handshake may still complete on the server's side."""
+    return isinstance(exc, asyncio.CancelledError | KeyboardInterrupt) or (
+        isinstance(exc, OpenFailed) and exc.gave_up
+    )

@@ -321,10 +321,15 @@ class RawConn:
         self.resume_token: str | None = None
         self.last_seq = 0
         self.ended = False
+        # an opening session.update the server has not answered yet (neither session.created
+        # nor an error): the server may be holding a session for it
+        self.open_pending = False
 
     async def send(self, event: dict[str, Any] | str) -> int:
         text = event if isinstance(event, str) else codec.dumps(event)
         await self.ws.send(text)
+        if isinstance(event, dict) and event.get("type") == "session.update":
+            self.open_pending = self.session_id is None
         t = time.monotonic_ns()
         self.ctx.trace.frame_out(self.label, event, t)
         return t
@@ -358,6 +363,8 @@ class RawConn:
         seq = frame.get("server_event_seq")
         if isinstance(seq, int) and seq > self.last_seq:
             self.last_seq = seq
+        if frame.get("type") in ("session.created", "error"):
+            self.open_pending = False
         if frame.get("type") == "session.created":
             session = frame.get("session") if isinstance(frame.get("session"), dict) else {}
             self.session_id = session.get("id") if isinstance(session, dict) else None
@@ -619,7 +626,9 @@ class ProbeContext:
         for pc in self._conns:
             await pc.close()
         for raw in self._raws:
-            if not raw.ended and raw.session_id is not None:
+            # a session.update without its session.created yet (the probe was stopped in
+            # the handshake) still opens a session: close it too, the server answers in order
+            if not raw.ended and (raw.session_id is not None or raw.open_pending):
                 with contextlib.suppress(Exception):
                     await raw.close_session(3.0)
             with contextlib.suppress(Exception):
