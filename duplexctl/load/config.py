@@ -92,6 +92,8 @@ def workers_for(
     if ray is None:
         import os
 
+        if workers_per_node is not None:
+            raise BadInput("--workers-per-node needs --ray (it places Ray workers)")
         return {"workers": workers if workers is not None else (os.cpu_count() or 1)}
     if workers is not None and workers_per_node is not None:
         raise BadInput("give --workers N or --workers-per-node K, not both")
