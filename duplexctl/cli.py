@@ -666,7 +666,7 @@ def load(
         typer.Option(
             "--ray",
             help="Run the workers on a Ray cluster: auto, HOST:PORT or ray://HOST:10001 "
-            "(extra: duplexctl[ray]).",
+            "(needs the ray extra).",
         ),
     ] = None,
     workers_per_node: Annotated[
