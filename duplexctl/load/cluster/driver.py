@@ -91,6 +91,14 @@ def short(node: str) -> str:
     return node[:12]
 
 
+def own_pacing(encoded: dict[str, Any], chunk_ms: int) -> dict[str, Any]:
+    """One worker's own send-lag p99 and whether it kept pace (p99 within one chunk, the
+    run's rule): the report flags ``invalid_pacing`` by node from these."""
+    lag = RunTally.decode(encoded).headline().get("send_lag_ms")
+    p99 = lag.percentile(99) if lag is not None and lag.count else None
+    return {"send_lag_p99_ms": p99, "invalid_pacing": p99 is not None and p99 > chunk_ms}
+
+
 class ClusterRun:
     """One step of a ``--ray`` run (see the module docstring)."""
 
@@ -287,10 +295,7 @@ class ClusterRun:
                 encoded, info = {}, {"worker": m.index, "error": m.error}
             info = {**info, **where}
             if encoded:
-                lag = RunTally.decode(encoded).headline().get("send_lag_ms")
-                p99 = lag.percentile(99) if lag is not None and lag.count else None
-                info["send_lag_p99_ms"] = p99
-                info["invalid_pacing"] = p99 is not None and p99 > self.chunk_ms
+                info.update(own_pacing(encoded, self.chunk_ms))
             parts[m.index] = (encoded, info)
         return parts
 
