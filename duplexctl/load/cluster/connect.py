@@ -111,9 +111,19 @@ def connect(text: str) -> ModuleType:
         except BaseException as exc:  # reported below, in the caller's thread
             outcome.append(exc)
 
-    thread = threading.Thread(target=init, name="ray-init", daemon=True)
-    thread.start()
-    thread.join(CONNECT_TIMEOUT_S)
+    # Ray's C++ core logs every retry on file descriptor 2; load's user reads one line, so
+    # stderr is quiet while joining (a failure is reported below, from the exception)
+    saved = os.dup(2)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)
+    try:
+        thread = threading.Thread(target=init, name="ray-init", daemon=True)
+        thread.start()
+        thread.join(CONNECT_TIMEOUT_S)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
     if not outcome:
         raise ServerUnreachable(
             f"--ray {text}: {address.host}:{address.port} accepts connections but no Ray "
