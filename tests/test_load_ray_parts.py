@@ -96,3 +96,27 @@ def test_the_dashboard_shows_one_line_per_node() -> None:
     assert "node aaaa: 2 workers · active 40 · send lag p99 3.20 ms" in text
     assert "node bbbb:" in text and "INVALID PACING" in text.split("node bbbb:")[1]
     assert "node cccc (lost): LOST" in text
+
+
+def test_partial_checkpoints_join_to_the_whole_recorder() -> None:
+    """What the driver keeps of a worker that dies: its partial checkpoints joined equal the
+    worker's whole recorder, across new slices and a doubling of the slice length."""
+    from duplexctl.load.cluster.driver import Member
+    from duplexctl.load.workers import Checkpoints
+    from duplexctl.report.slices import TimeSlicer
+
+    rec = Recorder(origin=0.0, slice_s=1.0)
+    rec._slicer = TimeSlicer(1.0, origin=0.0, max_slices=4)  # doubles after 4 s
+    checkpoints = Checkpoints(rec)
+    member = Member(0, None, None)  # type: ignore[arg-type]
+    sizes = []
+    for second in range(12):
+        for k in range(20):
+            rec.send_lag(second + k / 20, float(second + k))
+        part = checkpoints.next()
+        sizes.append(len(part["slicer"]["slices"]))
+        member.absorb(part)
+        whole = rec.encode()
+        assert member.last_checkpoint()["slicer"] == whole["slicer"], second
+    assert rec.slicer.slice_s > 1.0  # it doubled on the way
+    assert sizes[:4] == [1, 2, 2, 2], sizes  # before the doubling: the newest two at most

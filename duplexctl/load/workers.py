@@ -183,12 +183,7 @@ def worker_main(
         messages.put(("error", index, "never told to start"))
         return
     origin = float(origin_value.value)
-    runner: Any = asyncio.run
-    if config.uvloop:
-        with contextlib.suppress(ImportError):
-            import uvloop
-
-            runner = uvloop.run
+    runner = loop_runner(config)
     try:
         encoded, info = runner(run_share(config, index, url, out, messages, origin, plan, lifeline))
     except Exception as exc:
@@ -199,6 +194,37 @@ def worker_main(
     if lifeline.lost:  # sessions closed; nobody to report to (and a dead pipe to block on)
         os._exit(EXIT_PARENT_GONE)
     messages.put(("done", index, encoded, info))
+
+
+class Checkpoints:
+    """A recorder's checkpoints, each holding only the time slices that may have changed
+    since the previous one: from the newest slice it held (still filling then), or all of
+    them once the slicer doubled its slice length. Encoding all of a long run's slices (up
+    to 128, ~10 ms each) would stall the sessions' event loop at every checkpoint.
+    :meth:`duplexctl.load.cluster.driver.Member.absorb` joins them again."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.since = 0
+        self.slice_s = recorder.slicer.slice_s
+
+    def next(self) -> dict[str, Any]:
+        if self.recorder.slicer.slice_s != self.slice_s:
+            self.since, self.slice_s = 0, self.recorder.slicer.slice_s
+        part = self.recorder.encode(slices_since=self.since)
+        self.since += max(0, len(part["slicer"]["slices"]) - 1)
+        return part
+
+
+def loop_runner(config: LoadConfig) -> Any:
+    """``uvloop.run`` (unless ``--no-uvloop`` or not installed), else ``asyncio.run``: how
+    every worker, process or actor, runs :func:`run_share`."""
+    if config.uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            return uvloop.run
+    return asyncio.run
 
 
 async def run_share(
@@ -222,7 +248,7 @@ async def run_share(
     signals are routed here) and a Ray actor (:mod:`duplexctl.load.cluster.actor`), which
     runs this in a thread of its own, gets a thread-safe stop function through
     ``on_stopper`` and asks for ``("checkpoint", index, encoded recorder)`` every
-    ``checkpoint_s`` — what survives of its figures if its node dies.
+    ``checkpoint_s`` (:class:`Checkpoints`) — what survives of its figures if its node dies.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -242,6 +268,7 @@ async def run_share(
 
     async def report_live() -> None:
         last_checkpoint = time.monotonic()
+        checkpoints = Checkpoints(rec)
         while True:
             await asyncio.sleep(config.status_interval_s)
             if lifeline.lost:
@@ -249,7 +276,7 @@ async def run_share(
             messages.put(("live", index, rec.live()))
             if checkpoint_s is not None and time.monotonic() - last_checkpoint >= checkpoint_s:
                 last_checkpoint = time.monotonic()
-                messages.put(("checkpoint", index, rec.encode()))
+                messages.put(("checkpoint", index, checkpoints.next()))
 
     live = asyncio.create_task(report_live())
     try:

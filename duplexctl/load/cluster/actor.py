@@ -20,7 +20,6 @@ The class imports no ``ray``: the driver turns it into an actor (``ray.remote``)
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import shutil
@@ -34,7 +33,7 @@ from typing import Any, Final
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.engine import Plan, make_plan
 from duplexctl.load.lifeline import Lifeline
-from duplexctl.load.workers import run_share
+from duplexctl.load.workers import loop_runner, run_share
 
 #: No beat from the driver for this long: the driver is gone, the sessions are closed.
 HEARTBEAT_TIMEOUT_S: Final = 5.0
@@ -103,16 +102,7 @@ class LoadWorker:
     def _run(self, origin: float) -> None:
         config, plan = self.config, self.plan
         assert config is not None and plan is not None
-        runner: Any = None
-        if config.uvloop:
-            with contextlib.suppress(ImportError):
-                import uvloop
-
-                runner = uvloop.run
-        if runner is None:
-            import asyncio
-
-            runner = asyncio.run
+        runner = loop_runner(config)
         checkpoint_s = max(CHECKPOINT_MIN_S, config.slice_s)
         try:
             encoded, info = runner(

@@ -72,6 +72,26 @@ class Member:
     last_answer: float = field(default_factory=time.monotonic)
     pending: Any = None
 
+    slices: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def absorb(self, part: dict[str, Any]) -> None:
+        """A checkpoint: the recorder with only its slices that may have changed; joined to
+        the slices already held (all of them anew after the slice length doubled)."""
+        slicer = part["slicer"]
+        if self.checkpoint is None or self.checkpoint["slicer"]["slice_s"] != slicer["slice_s"]:
+            self.slices = {}
+        self.slices.update((entry["index"], entry) for entry in slicer["slices"])
+        self.checkpoint = part
+
+    def last_checkpoint(self) -> dict[str, Any]:
+        """The whole recorder as of the last checkpoint ({} before the first)."""
+        if self.checkpoint is None:
+            return {}
+        slicer = dict(
+            self.checkpoint["slicer"], slices=[self.slices[i] for i in sorted(self.slices)]
+        )
+        return dict(self.checkpoint, slicer=slicer)
+
     @property
     def node(self) -> str:
         return str(self.where.get("node", "?"))
@@ -199,7 +219,7 @@ class ClusterRun:
         elif kind == "cpu":
             m.cpu_percent = message[2]
         elif kind == "checkpoint":
-            m.checkpoint = message[2]
+            m.absorb(message[2])
         elif kind == "done":
             m.done = (message[2], message[3])
         elif kind == "error":
@@ -290,7 +310,7 @@ class ClusterRun:
             if m.done is not None:
                 encoded, info = m.done
             elif m.lost is not None:
-                encoded, info = m.checkpoint or {}, {"worker": m.index, "lost": m.lost}
+                encoded, info = m.last_checkpoint(), {"worker": m.index, "lost": m.lost}
             else:
                 encoded, info = {}, {"worker": m.index, "error": m.error}
             info = {**info, **where}
