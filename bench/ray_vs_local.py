@@ -13,9 +13,11 @@ sessions against one ``duplexctl serve``), two runs side by side:
 The two modes alternate, ``--rounds`` times per N; the table gives each round and the
 median (the machine is shared: identical runs differ by 10-20 %).
 
-Figures per run: **CPU s per session-minute** (every process of the load from /proc, reaped
-children included: for ``local`` the ``load`` process and its workers; for ``ray`` the driver
-plus every process of the cluster — raylets, GCS, agents, actors; never the server), **send-lag p99** (the report's), **start-up s** (from
+Figures per run: **CPU s per session-minute** (every process of the load, sampled from /proc
+every 0.25 s by :class:`TreeSampler`: for ``local`` the ``load`` process and its workers; for
+``ray`` the driver, the actors and the cluster's own processes — raylets, GCS, agents; never
+the server; the idle cluster's CPU, measured for 20 s before the runs, is taken off the local
+runs, which share the host with it), **send-lag p99** (the report's), **start-up s** (from
 launching ``load`` to the common start, the origin of the report's slices, both on this
 host's monotonic clock). Usage::
 
@@ -33,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,27 +48,62 @@ TICKS = os.sysconf("SC_CLK_TCK")
 HELLO = str(ROOT / "recordings" / "hello.wav")
 
 
-def all_cpu_seconds(pid: int) -> float:
-    """``pid``'s CPU with that of its reaped children (utime+stime+cutime+cstime)."""
+def own_cpu_seconds(pid: int) -> float | None:
+    """``pid``'s own CPU so far (utime + stime), None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return sum(int(f) for f in fields[11:15]) / TICKS
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def tree_cpu(exclude: set[int]) -> float:
-    """CPU of every process below this one (reaped ones included), minus ``exclude``'s
-    subtrees (the server)."""
-    skip: set[int] = set()
-    for pid in exclude:
-        skip |= {pid, *descendants(pid)}
-    own = all_cpu_seconds(os.getpid())
-    with open(f"/proc/{os.getpid()}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    own -= (int(fields[11]) + int(fields[12])) / TICKS  # this script's own work is not load
-    return own + sum(all_cpu_seconds(p) for p in descendants(os.getpid()) if p not in skip)
+class TreeSampler:
+    """CPU of every process below this script, sampled every ``every_s`` from /proc.
+
+    Sampled, not read from the parents' ``cutime`` at the end: Ray's raylet does not add the
+    CPU of the actor processes it ends to its own children's time (a killed actor's CPU would
+    vanish), so each process's last reading before it went is kept instead. A process's last
+    ``every_s`` of CPU before it ends can be missed (the workers and actors are idle by then).
+    """
+
+    def __init__(self, exclude: set[int], every_s: float = 0.25) -> None:
+        self.exclude = exclude
+        self.every_s = every_s
+        self.last: dict[int, float] = {}
+        self.base: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        skip = set(self.exclude)
+        for pid in self.exclude:
+            skip |= set(descendants(pid))
+        for pid in descendants(os.getpid()):
+            if pid in skip:
+                continue
+            cpu = own_cpu_seconds(pid)
+            if cpu is not None:
+                self.last[pid] = cpu
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def __enter__(self) -> TreeSampler:
+        self._sample()
+        self.base = dict(self.last)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(v - self.base.get(pid, 0.0) for pid, v in self.last.items())
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -84,26 +122,26 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
             raise SystemExit("duplexctl serve did not start")
 
 
-def reaped_cpu() -> float:
-    """CPU of this script's children that have ended and been waited for (a ``load`` run)."""
-    with open(f"/proc/{os.getpid()}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[13]) + int(fields[14])) / TICKS
-
-
 def one_run(
-    mode: str, n: int, duration: float, url: str, server: int, extra: list[str]
+    mode: str,
+    n: int,
+    duration: float,
+    url: str,
+    server: int,
+    extra: list[str],
+    idle_cpu_per_s: float = 0.0,
 ) -> dict[str, Any]:
     out = Path(tempfile.mkdtemp(prefix=f"ray-vs-local-{mode}-{n}-"))
     cmd = [sys.executable, "-m", "duplexctl", "load", HELLO, "--url", url, "--sessions", str(n),
            "--duration", f"{duration:g}s", "--plain", "--out", str(out / "run"), *extra]  # fmt: skip
-    # local: the load process and its workers only (the idle cluster's CPU is not theirs);
-    # ray: the driver and the whole cluster
-    measure = reaped_cpu if mode == "local" else (lambda: tree_cpu({server}))
-    cpu0 = measure()
+    # every process of the load: for local the load process and its workers; for ray the
+    # driver, the actors and the cluster's own processes (for local the idle cluster's are
+    # counted too, so they are subtracted: measured before the run over as long a time)
     launched = time.monotonic()
-    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=duration + 300)
-    cpu = measure() - cpu0
+    with TreeSampler({server}) as sampler:
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=duration + 300)
+    wall = time.monotonic() - launched
+    cpu = sampler.cpu_s - (idle_cpu_per_s * wall if mode == "local" else 0.0)
     if run.returncode != 0:
         raise SystemExit(f"{mode} {n}: exit {run.returncode}: {run.stderr[-2000:]}")
     report = json.loads((out / "run" / "report.json").read_text())
@@ -147,10 +185,16 @@ def main() -> int:
         }
         for mode, extra in modes.items():  # warm-up, untimed: Ray's first workers, caches
             one_run(mode, 10, 3.0, url, server.pid, extra)
+        with TreeSampler({server.pid}) as idle:  # the cluster alone, between runs
+            time.sleep(20)
+        idle_cpu_per_s = idle.cpu_s / 20
+        print(f"idle cluster: {idle_cpu_per_s * 100:.1f} % of a core (charged to ray only)")
         for n in args.sessions:
             for _ in range(args.rounds):
                 for mode, extra in modes.items():
-                    rows.append(one_run(mode, n, args.duration, url, server.pid, extra))
+                    rows.append(
+                        one_run(mode, n, args.duration, url, server.pid, extra, idle_cpu_per_s)
+                    )
     finally:
         cluster.shutdown()
         server.terminate()

@@ -178,10 +178,14 @@ class ClusterRun:
 
     async def start(self) -> float:
         origin = time.monotonic() + START_MARGIN_S + max(m.rtt_s for m in self.members)
-        await asyncio.gather(
-            *(call(m.handle.start.remote(origin + m.offset_s)) for m in self.members)
+        results = await asyncio.gather(
+            *(call(m.handle.start.remote(origin + m.offset_s)) for m in self.members),
+            return_exceptions=True,
         )
         self.origin = origin
+        for m, result in zip(self.members, results, strict=True):
+            if isinstance(result, BaseException):  # died between prepare and start
+                self.lose(m, f"could not start ({type(result).__name__})")
         return origin
 
     # -- watch -------------------------------------------------------------------------------
@@ -191,6 +195,8 @@ class ClusterRun:
         ray = self.ray
         now = time.monotonic()
         running = [m for m in self.members if not m.finished]
+        if not running:
+            return
         for m in running:
             if m.pending is None:
                 m.pending = asyncio.wrap_future(m.handle.poll.remote().future())
