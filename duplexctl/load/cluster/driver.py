@@ -201,6 +201,9 @@ class ClusterRun:
             if m.pending is None:
                 m.pending = asyncio.wrap_future(m.handle.poll.remote().future())
         await asyncio.wait([m.pending for m in running], timeout=POLL_S)
+        # one round per POLL_S, however fast the answers came (a round that returned at
+        # once and went again polled hundreds of times a second: a core's worth of CPU)
+        await asyncio.sleep(max(0.0, POLL_S - (time.monotonic() - now)))
         for m in running:
             if not m.pending.done():
                 # before the start, prepare()'s own bound applies (actors may be slow to boot)
