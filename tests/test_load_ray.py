@@ -165,6 +165,8 @@ def test_a_run_spreads_over_the_nodes_and_merges_exactly(cluster: Any, tmp_path:
         assert w["clock_rtt_ms"] > 0 and abs(w["clock_offset_ms"]) < 1000
         # Ray starts workers at niceness 15; the engine's thread goes back to 0 when it may
         assert w["nice"] == 0 if os.geteuid() == 0 else w["nice"] >= 0
+        # polled twice a second (the heartbeat), not in a busy loop: ~20 polls in this run
+        assert 4 <= w["polls"] < 200
     # totals = the sum of the parts (each worker's own saved run)
     parts = [report_of(out / "workers" / f"w{i}") for i in range(2)]
     for key in ("attempts",):

@@ -73,6 +73,7 @@ class LoadWorker:
         self.stopper: Any = None
         self.thread: threading.Thread | None = None
         self.cpu0 = (time.process_time(), time.monotonic())
+        self.polls = 0  # the driver's beats so far (reported: twice a second, not more)
 
     def _driver_alive(self) -> bool:
         return time.monotonic() - self.last_beat < self.heartbeat_timeout_s
@@ -138,7 +139,9 @@ class LoadWorker:
         except Exception as exc:
             self.messages.put(("error", self.index, f"{type(exc).__name__}: {exc}"))
             return
-        self.messages.put(("done", self.index, encoded, {**info, "nice": nice}))
+        self.messages.put(
+            ("done", self.index, encoded, {**info, "nice": nice, "polls": self.polls})
+        )
 
     def _set_stopper(self, stopper: Any) -> None:
         self.stopper = stopper
@@ -153,6 +156,7 @@ class LoadWorker:
         """The driver's beat; everything the engine reported since the last poll, the JSONL
         written since (``("jsonl", name, text)``, whole lines) and this process's CPU."""
         self.beat()
+        self.polls += 1
         out: list[tuple[Any, ...]] = []
         while True:
             try:
