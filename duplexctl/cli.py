@@ -729,7 +729,22 @@ def load(
     measure_slot_release: Annotated[
         bool, typer.Option("--measure-slot-release", help="Time a full server takes to re-admit.")
     ] = False,
-    workers: Annotated[int | None, typer.Option(help="Processes (default: one per core).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Processes (default: one per core); with --ray: Ray actors."),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Run the workers on a Ray cluster: auto, HOST:PORT or ray://HOST:10001 "
+            "(needs the ray extra).",
+        ),
+    ] = None,
+    workers_per_node: Annotated[
+        int | None,
+        typer.Option(help="--ray: this many workers on every node (instead of --workers)."),
+    ] = None,
     out: Annotated[str | None, typer.Option(help="Write report.json, JSONL and CSV here.")] = None,
     overwrite: OverwriteOption = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON report.")] = False,
@@ -800,13 +815,11 @@ def load(
     scrape_interval: ScrapeIntervalOption = None,
 ) -> None:
     """Many sessions at once: latency under load, admission limit, capacity, SLOs."""
-    import os
-
     url = server_url(url, ca_file, insecure)
 
     from duplexctl.errors import BadInput
     from duplexctl.load.arrivals import parse_duration
-    from duplexctl.load.config import LoadConfig, Mix
+    from duplexctl.load.config import LoadConfig, Mix, workers_for
     from duplexctl.load.run import run_load
 
     overrides: dict[str, object] = {}
@@ -865,7 +878,8 @@ def load(
         max_level=max_level,
         measure_slot_release=measure_slot_release,
         slos=list(slo or []),
-        workers=workers if workers is not None else (os.cpu_count() or 1),
+        ray=ray,
+        **workers_for(workers, ray=ray, workers_per_node=workers_per_node),
         out=out,
         overwrite=overwrite,
         json_output=json_output,

@@ -34,7 +34,7 @@ OLDEST = ROOT / "constraints-oldest.txt"
 _FLOOR = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*([^,;\s]+)")
 #: Optional-dependency groups whose floors are tested too (dev tools float: they are not
 #: what a user's install resolves).
-FLOOR_EXTRAS = ("plot",)
+FLOOR_EXTRAS = ("plot", "ray")
 
 
 def floors(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]:
@@ -99,7 +99,7 @@ def _freeze(venv: Path, constraint: Path | None) -> str:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "pip"), "--disable-pip-version-check"]
     extra = ["-c", str(constraint)] if constraint else []
-    subprocess.run([*pip, "install", "-q", *extra, "-e", f"{ROOT}[dev]"], check=True)
+    subprocess.run([*pip, "install", "-q", *extra, "-e", f"{ROOT}[dev,ray]"], check=True)
     out = subprocess.run(
         [*pip, "freeze", "--exclude", "duplexctl"], check=True, capture_output=True, text=True
     )
@@ -121,7 +121,7 @@ def main() -> int:
         floor_file.write_text("".join(f"{n}=={v}\n" for n, v in wanted.items()))
         LOCK.write_text(
             _header(
-                "Exact versions of everything `pip install -e '.[dev]'` installs; install.sh uses them."
+                "Exact versions of everything `pip install -e '.[dev,ray]'` installs; install.sh uses them."
             )
             + _freeze(Path(tmp) / "newest", None)
         )

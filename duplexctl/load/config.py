@@ -83,6 +83,26 @@ class Mix:
         return ",".join(parts) or "none"
 
 
+def workers_for(
+    workers: int | None, *, ray: str | None, workers_per_node: int | None
+) -> dict[str, Any]:
+    """``workers`` and ``workers_per_node`` from the flags, the one place their defaults are
+    decided: locally one worker per core; on a Ray cluster ``--workers N`` actors spread
+    over the nodes, or ``--workers-per-node K`` on every node (default: one per node, the
+    count fixed by :func:`duplexctl.load.cluster.connect.place` once the nodes are known)."""
+    if ray is None:
+        import os
+
+        if workers_per_node is not None:
+            raise BadInput("--workers-per-node needs --ray (it places Ray workers)")
+        return {"workers": workers if workers is not None else (os.cpu_count() or 1)}
+    if workers is not None and workers_per_node is not None:
+        raise BadInput("give --workers N or --workers-per-node K, not both")
+    if workers is not None:
+        return {"workers": workers, "workers_per_node": None}
+    return {"workers": 1, "workers_per_node": workers_per_node or 1}
+
+
 @dataclass(slots=True)
 class LoadConfig:
     """One load run. Times in seconds unless the name says otherwise.
@@ -139,6 +159,9 @@ class LoadConfig:
     # judging and output
     slos: list[str] = field(default_factory=list)
     workers: int = 1
+    # --ray ADDRESS: the workers are Ray actors on that cluster (load/cluster); None: local
+    ray: str | None = None
+    workers_per_node: int | None = None  # --ray: pin this many workers on every node
     out: str | None = None
     overwrite: bool = False  # --out: replace the run in a non-empty directory (rundir)
     json_output: bool = False
@@ -202,6 +225,13 @@ class LoadConfig:
             raise BadInput("--max-concurrency must be at least 1")
         if self.workers < 1:
             raise BadInput("--workers must be at least 1")
+        if self.workers_per_node is not None:
+            if self.ray is None:
+                raise BadInput("--workers-per-node needs --ray (it places Ray workers)")
+            if self.workers_per_node < 1:
+                raise BadInput("--workers-per-node must be at least 1")
+        if self.ray is not None and not self.ray.strip():
+            raise BadInput("--ray needs an address: auto, HOST:PORT or ray://HOST:PORT")
         if self.arrival not in ("constant", "poisson", "gamma"):
             raise BadInput(f"--arrival must be constant, poisson or gamma, not {self.arrival!r}")
         if self.arrival != "gamma" and self.burstiness != 1.0:

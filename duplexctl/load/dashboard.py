@@ -71,6 +71,19 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def node_line(node: Mapping[str, Any]) -> str:
+    """One node of a ``--ray`` run: its workers' sessions, send-lag p99, CPU, and whether
+    it keeps pace (a node whose own send lag exceeds a chunk is marked)."""
+    if node.get("lost"):
+        return "LOST (its sessions are gone; see the report)"
+    return (
+        f"{node.get('workers', 0)} workers · active {node.get('active', 0)} · send lag p99 "
+        f"{format_value(node.get('send_lag_p99_ms'))} ms · cpu "
+        f"{format_value(node.get('cpu_percent'))} %"
+        + ("" if node.get("pacing_ok", True) else " · INVALID PACING")
+    )
+
+
 def _failed(snap: Mapping[str, Any]) -> str:
     """Failed attempts with their causes, e.g. ``3 (refused 3)``."""
     causes = {c: n for c, n in snap.get("causes", {}).items() if c != "rejected_capacity"}
@@ -170,22 +183,31 @@ class Dashboard:
             + (f" · errors: {errors}" if errors else "")
         )
 
-    def update(self, snap: Mapping[str, Any]) -> None:
+    def update(
+        self, snap: Mapping[str, Any], *, nodes: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
+        """Show ``snap`` (the totals); a ``--ray`` run adds one line per node (``nodes``:
+        :func:`node_line`'s fields, by node name)."""
         if self.mode == "off":
             return
         if self.mode == "plain":
             now = time.monotonic()
             if now - self._last_plain >= PLAIN_EVERY_S:
                 self._last_plain = now
-                print(self.line(snap), file=self.stream, flush=True)
+                lines = [self.line(snap)] + [
+                    f"  node {name}: {node_line(n)}" for name, n in (nodes or {}).items()
+                ]
                 server = live_line()
                 if server is not None:
-                    print(f"         {server}", file=self.stream, flush=True)
+                    lines.append(f"         {server}")
+                print("\n".join(lines), file=self.stream, flush=True)
             return
         if self._live is not None:
-            self._live.update(self._render(snap))
+            self._live.update(self._render(snap, nodes or {}))
 
-    def _render(self, snap: Mapping[str, Any]) -> Any:
+    def _render(
+        self, snap: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> Any:
         from rich.table import Table
 
         table = Table(title=self.title, show_header=False, expand=False)
@@ -218,4 +240,6 @@ class Dashboard:
             table.add_row("server", server.removeprefix("server: "))
         errors = snap.get("errors", {})
         table.add_row("errors", ", ".join(f"{k} {n}" for k, n in sorted(errors.items())) or "none")
+        for name, node in (nodes or {}).items():
+            table.add_row(f"node {name}", node_line(node))
         return table

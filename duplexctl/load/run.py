@@ -48,6 +48,10 @@ def run_load(config: LoadConfig) -> RunResult:
     """Validate, run, write and render; the CLI turns ``exit_code`` into the exit status."""
     config.validate()
     make_plan(config)  # bad audio, scenario or session file: exit 2 before any socket
+    if config.ray is not None:  # the cluster first: no extra, no cluster → one line, exit 2 / 3
+        from duplexctl.load.cluster.connect import resolve_workers
+
+        config = resolve_workers(config)
     if config.out is not None:
         prepare_run_dir(config.out, flag="--out", overwrite=config.overwrite, command="load")
     try:
@@ -180,6 +184,16 @@ def finish(
             file=sys.stderr,
         )
         code = 1
+    for worker in report.get("workers", []):
+        lost = worker.get("lost")
+        if lost:  # a --ray worker (or its node) died mid-run: partial figures, exit 1
+            print(
+                f"duplexctl: check failed: worker {worker['worker']} on node "
+                f"{str(lost['node'])[:12]} lost at {lost['at_s']} s with "
+                f"{lost['sessions_lost']} sessions ({lost['reason']})",
+                file=sys.stderr,
+            )
+            code = max(code, 1)
     unreached = None if interrupted else never_admitted(report)
     if unreached is not None:
         print(f"duplexctl: error: {unreached}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """One timed load run (or one capacity step), in this process or in worker processes.
 
 :func:`run_step` drives a run and returns its report: ``--workers 1`` drives every session in
-this process; ``W > 1`` hands the sessions to :mod:`duplexctl.load.workers`. Both
+this process; ``W > 1`` hands the sessions to :mod:`duplexctl.load.workers`, ``--ray`` to Ray actors
+(:mod:`duplexctl.load.cluster`). Both
 :mod:`duplexctl.load.run` (a whole ``duplexctl load``) and :mod:`duplexctl.load.search`
 (each step of ``--find-capacity``) call it, so neither imports the other.
 
@@ -47,7 +48,11 @@ async def run_step(
     dash.start()
     tally: RunTally
     try:
-        if config.workers <= 1:
+        if config.ray is not None:  # imports ray: only with --ray
+            from duplexctl.load.cluster.driver import in_cluster
+
+            tally, infos = await in_cluster(config, url, irq, out, dash)
+        elif config.workers <= 1:
             tally, infos = await _in_process(config, url, step_stop, out, dash)
         else:
             tally, infos = await in_workers(config, url, irq, out, dash)

@@ -24,6 +24,7 @@ import os
 import queue
 import signal
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -132,6 +133,21 @@ async def _run_workers(
         if p.is_alive():
             p.kill()
     irq.children.clear()
+    merged = merge_parts(config, origin, done, out)
+    if errors and not done:
+        raise BadInput("; ".join(errors))
+    return merged
+
+
+def merge_parts(
+    config: LoadConfig,
+    origin: float,
+    done: Mapping[int, tuple[dict[str, Any], dict[str, Any]]],
+    out: Path | None,
+) -> tuple[Recorder, list[dict[str, Any]]]:
+    """The workers' ``(encoded recorder, info)`` merged exactly into one recorder, and their
+    JSONL parts (``turns.wN.jsonl`` …, in ``out``) appended to the run's files. Local
+    processes and Ray actors (:mod:`duplexctl.load.cluster`) end here alike."""
     merged = make_recorder(config, origin=origin)
     infos = []
     for index in sorted(done):
@@ -142,8 +158,6 @@ async def _run_workers(
     if out is not None:
         merge_jsonl(sorted(out.glob("turns.w*.jsonl")), out / "turns.jsonl")
         merge_jsonl(sorted(out.glob("sessions.w*.jsonl")), out / "sessions.jsonl")
-    if errors and not done:
-        raise BadInput("; ".join(errors))
     return merged, infos
 
 
@@ -169,16 +183,9 @@ def worker_main(
         messages.put(("error", index, "never told to start"))
         return
     origin = float(origin_value.value)
-    runner: Any = asyncio.run
-    if config.uvloop:
-        with contextlib.suppress(ImportError):
-            import uvloop
-
-            runner = uvloop.run
+    runner = loop_runner(config)
     try:
-        encoded, info = runner(
-            _worker_async(config, index, url, out, messages, origin, plan, lifeline)
-        )
+        encoded, info = runner(run_share(config, index, url, out, messages, origin, plan, lifeline))
     except Exception as exc:
         if lifeline.lost:
             os._exit(EXIT_PARENT_GONE)
@@ -189,7 +196,38 @@ def worker_main(
     messages.put(("done", index, encoded, info))
 
 
-async def _worker_async(
+class Checkpoints:
+    """A recorder's checkpoints, each holding only the time slices that may have changed
+    since the previous one: from the newest slice it held (still filling then), or all of
+    them once the slicer doubled its slice length. Encoding all of a long run's slices (up
+    to 128, ~10 ms each) would stall the sessions' event loop at every checkpoint.
+    :meth:`duplexctl.load.cluster.driver.Member.absorb` joins them again."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.since = 0
+        self.slice_s = recorder.slicer.slice_s
+
+    def next(self) -> dict[str, Any]:
+        if self.recorder.slicer.slice_s != self.slice_s:
+            self.since, self.slice_s = 0, self.recorder.slicer.slice_s
+        part = self.recorder.encode(slices_since=self.since)
+        self.since += max(0, len(part["slicer"]["slices"]) - 1)
+        return part
+
+
+def loop_runner(config: LoadConfig) -> Any:
+    """``uvloop.run`` (unless ``--no-uvloop`` or not installed), else ``asyncio.run``: how
+    every worker, process or actor, runs :func:`run_share`."""
+    if config.uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            return uvloop.run
+    return asyncio.run
+
+
+async def run_share(
     config: LoadConfig,
     index: int,
     url: str,
@@ -198,14 +236,30 @@ async def _worker_async(
     origin: float,
     plan: Plan,
     lifeline: Lifeline,
+    *,
+    main_thread: bool = True,
+    checkpoint_s: float | None = None,
+    on_stopper: Callable[[Callable[[], object]], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One worker's share of the run from ``origin`` (its own monotonic clock) to the end;
+    ``("live", index, snapshot)`` on ``messages`` every status interval.
+
+    The one session engine of every kind of worker: a local process (``main_thread``: its
+    signals are routed here) and a Ray actor (:mod:`duplexctl.load.cluster.actor`), which
+    runs this in a thread of its own, gets a thread-safe stop function through
+    ``on_stopper`` and asks for ``("checkpoint", index, encoded recorder)`` every
+    ``checkpoint_s`` (:class:`Checkpoints`) — what survives of its figures if its node dies.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, stop.set)
+    if main_thread:
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, lifeline.lose)
     # the parent died (SIGTERM is its death signal, or the lifeline's watcher saw it): the
     # run stops like at its end: arrivals stop, every session closes with session.close
     lifeline.on_lost(lambda: loop.call_soon_threadsafe(stop.set))
-    loop.add_signal_handler(signal.SIGTERM, lifeline.lose)
+    if on_stopper is not None:
+        on_stopper(lambda: loop.call_soon_threadsafe(stop.set))
     await asyncio.sleep(max(0.0, origin - time.monotonic()))
     rec = make_recorder(config, origin=origin, worker=index, out_dir=Path(out) if out else None)
     task = asyncio.create_task(
@@ -213,10 +267,16 @@ async def _worker_async(
     )
 
     async def report_live() -> None:
+        last_checkpoint = time.monotonic()
+        checkpoints = Checkpoints(rec)
         while True:
             await asyncio.sleep(config.status_interval_s)
-            if not lifeline.lost:
-                messages.put(("live", index, rec.live()))
+            if lifeline.lost:
+                continue
+            messages.put(("live", index, rec.live()))
+            if checkpoint_s is not None and time.monotonic() - last_checkpoint >= checkpoint_s:
+                last_checkpoint = time.monotonic()
+                messages.put(("checkpoint", index, checkpoints.next()))
 
     live = asyncio.create_task(report_live())
     try:

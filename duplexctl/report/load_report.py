@@ -113,7 +113,10 @@ def build_report(
     else:
         observed = tally.observed_capacity()  # the exact sweep over this run's sessions
         cpu = sum(w.get("cpu_percent", 0.0) for w in workers)  # its processes add up
-    invalid = lag_p99 is not None and lag_p99 > chunk_ms
+    # a --ray run's workers name their node; a node that could not pace its own sessions
+    # invalidates the run even when the cluster's pooled p99 hides it
+    unpaced_nodes = sorted({str(w["node"]) for w in workers if w.get("invalid_pacing")})
+    invalid = (lag_p99 is not None and lag_p99 > chunk_ms) or bool(unpaced_nodes)
     audio_s = sum(sl.audio_s for sl in tally.slicer.slices())
     scalars: dict[str, float | None] = {
         "rejection_rate": _rate(not_admitted, attempts),
@@ -223,6 +226,7 @@ def build_report(
             "loop_lag_max_ms": loop_lag.max if loop_lag is not None else None,
             "client_cpu_percent": round(cpu, 1),
             "invalid_pacing": invalid,
+            **({"invalid_pacing_nodes": unpaced_nodes} if unpaced_nodes else {}),
             "note": "send lag p99 above one chunk: latency figures are not trusted"
             if invalid
             else "",

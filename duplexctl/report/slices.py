@@ -388,13 +388,15 @@ class TimeSlicer:
             self.phases[phase].merge(hists)
         return self
 
-    def encode(self) -> dict[str, Any]:
+    def encode(self, *, since: int = 0) -> dict[str, Any]:
+        """Everything :meth:`decode` needs; ``since``: only the slices from that index on
+        (a ``--ray`` worker's checkpoints re-send just the slices that can still change)."""
         return {
             "slice_s": self.slice_s,
             "requested_slice_s": self.requested_s,
             "origin": self.origin,
             "windows": {"warmup_s": self.windows.warmup_s, "ramp_end_s": self.windows.ramp_end_s},
-            "slices": [sl.to_dict(encode_histograms=True) for sl in self.slices()],
+            "slices": [sl.to_dict(encode_histograms=True) for sl in self.slices()[since:]],
             "phases": {phase: hists.encode() for phase, hists in self.phases.items()},
         }
 

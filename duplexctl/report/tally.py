@@ -103,13 +103,14 @@ class RunTally:
 
     # -- merging ---------------------------------------------------------------------------
 
-    def encode(self) -> dict[str, Any]:
-        """Everything needed to merge this tally exactly into another (JSON-safe)."""
+    def encode(self, *, slices_since: int = 0) -> dict[str, Any]:
+        """Everything needed to merge this tally exactly into another (JSON-safe);
+        ``slices_since``: the time slices from that index on only (a partial checkpoint)."""
         return {
             "worker": self.worker,
             "origin": self.origin,
             "capabilities": self.capabilities,
-            "slicer": self.slicer.encode(),
+            "slicer": self.slicer.encode(since=slices_since),
             "admissions": dict(self.admissions),
             "codes": dict(self.codes),
             "causes": dict(self.causes),

@@ -1,0 +1,184 @@
+"""Reaching the Ray cluster ``--ray`` names, within a bounded time, and placing the workers.
+
+``ray.init`` on an address where no cluster answers does not fail: it retries for minutes,
+printing warnings. A load run must say in one line that the cluster is not there (exit 3,
+like an unreachable server), so the address is first checked with a plain TCP connection
+(:data:`PROBE_TIMEOUT_S`) and ``ray.init`` itself runs under :data:`CONNECT_TIMEOUT_S`.
+
+Addresses: ``auto`` (``RAY_ADDRESS``, else the cluster ``ray start`` made on this host, which
+Ray records in ``/tmp/ray/ray_current_cluster``), ``HOST:PORT`` (the head's GCS port, 6379
+by default) or ``ray://HOST:PORT`` (Ray Client, port 10001 by default).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final
+
+from duplexctl.errors import BadInput, MissingDependency, ServerUnreachable
+from duplexctl.load.config import LoadConfig
+
+EXTRA: Final = "pip install 'duplexctl[ray]'"
+PROBE_TIMEOUT_S: Final = 5.0
+CONNECT_TIMEOUT_S: Final = 30.0
+#: Where ``ray start --head`` records the address of the cluster it started on this host.
+CURRENT_CLUSTER: Final = Path("/tmp/ray/ray_current_cluster")
+#: CPUs each worker actor reserves: one event loop per actor, so one core's worth.
+ACTOR_CPUS: Final = 1.0
+
+
+def import_ray() -> ModuleType:
+    """The ``ray`` module, or one line naming the extra that installs it (exit 2)."""
+    try:
+        import ray
+    except ImportError:
+        raise MissingDependency(f"--ray needs Ray, which is not installed: {EXTRA}") from None
+    return ray
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """What ``ray.init`` is given, and the host and port that must accept a connection."""
+
+    init: str
+    host: str
+    port: int
+
+
+def parse_address(text: str, *, env: dict[str, str] | None = None) -> Address:
+    """``--ray`` as given → :class:`Address`; ``BadInput`` / ``ServerUnreachable`` if none."""
+    env = dict(os.environ) if env is None else env
+    given = text.strip()
+    if given == "auto":
+        found = env.get("RAY_ADDRESS") or _current_cluster()
+        if not found:
+            raise ServerUnreachable(
+                "--ray auto: no Ray cluster on this host (run `ray start --head`, or set "
+                "RAY_ADDRESS)"
+            )
+        given = found.strip()
+    client = given.startswith("ray://")
+    rest = given.removeprefix("ray://")
+    host, sep, port_text = rest.rpartition(":")
+    if not sep:
+        host, port_text = rest, "10001" if client else "6379"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise BadInput(f"--ray {text!r}: not auto, HOST:PORT or ray://HOST:PORT") from None
+    if not host or not 0 < port < 65536:
+        raise BadInput(f"--ray {text!r}: not auto, HOST:PORT or ray://HOST:PORT")
+    return Address(
+        init=f"ray://{host}:{port}" if client else f"{host}:{port}", host=host, port=port
+    )
+
+
+def _current_cluster() -> str | None:
+    try:
+        return CURRENT_CLUSTER.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def connect(text: str) -> ModuleType:
+    """Connect this process to the cluster (once); ``ray`` for the caller's use."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    address = parse_address(text)
+    try:
+        socket.create_connection((address.host, address.port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ServerUnreachable(
+            f"--ray {text}: no Ray cluster answers at {address.host}:{address.port} ({exc})"
+        ) from None
+    outcome: list[BaseException | None] = []
+
+    def init() -> None:
+        try:
+            ray.init(
+                address=address.init,
+                namespace="duplexctl",
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
+            outcome.append(None)
+        except BaseException as exc:  # reported below, in the caller's thread
+            outcome.append(exc)
+
+    # Ray's C++ core logs every retry on file descriptor 2; load's user reads one line, so
+    # stderr is quiet while joining (a failure is reported below, from the exception)
+    saved = os.dup(2)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)
+    try:
+        thread = threading.Thread(target=init, name="ray-init", daemon=True)
+        thread.start()
+        thread.join(CONNECT_TIMEOUT_S)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
+    if not outcome:
+        raise ServerUnreachable(
+            f"--ray {text}: {address.host}:{address.port} accepts connections but no Ray "
+            f"cluster answered within {CONNECT_TIMEOUT_S:g} s"
+        )
+    if outcome[0] is not None:
+        first = str(outcome[0]).strip().splitlines()
+        raise ServerUnreachable(
+            f"--ray {text}: could not join the cluster "
+            f"({type(outcome[0]).__name__}: {first[0] if first else ''})"
+        )
+    return ray
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where worker ``i`` runs: a node id (``--workers-per-node``) or None (SPREAD)."""
+
+    nodes: tuple[str | None, ...]
+
+    @property
+    def workers(self) -> int:
+        return len(self.nodes)
+
+
+def place(nodes: list[dict[str, Any]], *, workers: int, per_node: int | None) -> Placement:
+    """The workers' placement over ``nodes`` (``ray.nodes()``), checked against their free
+    CPUs; ``BadInput`` (one line) if the cluster cannot hold them."""
+    alive = sorted(
+        (n for n in nodes if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= ACTOR_CPUS),
+        key=lambda n: str(n["NodeID"]),
+    )
+    if not alive:
+        raise BadInput("--ray: the cluster has no live node with a CPU for a worker")
+    if per_node is not None:
+        short = [n["NodeID"][:12] for n in alive if n["Resources"]["CPU"] < per_node * ACTOR_CPUS]
+        if short:
+            raise BadInput(
+                f"--workers-per-node {per_node}: node(s) {', '.join(short)} have fewer CPUs"
+            )
+        return Placement(tuple(str(n["NodeID"]) for n in alive for _ in range(per_node)))
+    cpus = sum(float(n["Resources"]["CPU"]) for n in alive)
+    if workers * ACTOR_CPUS > cpus:
+        raise BadInput(
+            f"--workers {workers}: the cluster's {len(alive)} node(s) have {cpus:g} CPUs "
+            f"({ACTOR_CPUS:g} per worker)"
+        )
+    return Placement((None,) * workers)
+
+
+def resolve_workers(config: LoadConfig) -> LoadConfig:
+    """Connect to ``config.ray`` and fix the worker count the placement gives
+    (``--workers-per-node K`` × live nodes), checked against the cluster's CPUs."""
+    import dataclasses
+
+    ray = connect(config.ray or "auto")
+    placement = place(ray.nodes(), workers=config.workers, per_node=config.workers_per_node)
+    return dataclasses.replace(config, workers=placement.workers)

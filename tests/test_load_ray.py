@@ -1,0 +1,316 @@
+"""``duplexctl load --ray`` on a real two-node Ray cluster on this host (issue 18).
+
+One cluster per module (``ray.cluster_utils.Cluster``: a head and a second node, each with
+its own raylet, two CPUs, a small object store and no dashboard), real ``duplexctl load``
+driver processes and a real ``duplexctl serve``. The fault tests use a server whose
+disconnect grace (120 s) is far longer than their bounds: its slots come back within them
+only if the actors *closed* their sessions with ``session.close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from load_support import HELLO, ROOT, SHORT, duplexctl_cmd, free_port, serve
+from test_load_lifeline import admitted, wait_for
+
+from duplexctl.load.arrivals import ArrivalProcess
+from duplexctl.load.config import LoadConfig
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+#: Small on purpose: CI has two cores, shared with the server and the drivers.
+NODE_ARGS: dict[str, Any] = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
+#: The server keeps a dropped session's slot this long: far beyond every bound below.
+GRACE_ARGS = ("--disconnect-grace-s", "120", "--reply-seconds", "2")
+#: The actors notice the driver's death within their heartbeat timeout (5 s) and close:
+#: generous for a loaded two-core machine.
+FREED_WITHIN_S = 40.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
+    try:
+        c.add_node(**NODE_ARGS)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        c.shutdown()
+
+
+def load_cmd(cluster: Any, *args: str) -> list[str]:
+    return duplexctl_cmd("load", "--ray", cluster.address, "--plain", *args)
+
+
+def run_load(cluster: Any, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        load_cmd(cluster, *args), capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def report_of(out: Path) -> dict[str, Any]:
+    return json.loads((out / "report.json").read_text())
+
+
+def wait_active(proc: subprocess.Popen[str], at_least: int, timeout_s: float = 120) -> None:
+    """Read the driver's plain dashboard until it shows ``at_least`` active sessions."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        found = re.search(r"\] active (\d+)", line)
+        if found and int(found.group(1)) >= at_least:
+            return
+    raise AssertionError(f"the run never had {at_least} active sessions")
+
+
+# -- without a cluster ------------------------------------------------------------------------
+
+
+NO_RAY_PROBE = """
+import sys
+from duplexctl.cli import main
+sys.argv = ["duplexctl", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print("RAY_IMPORTED" if "ray" in sys.modules else "RAY_NOT_IMPORTED")
+"""
+
+
+def test_help_and_a_local_load_never_import_ray() -> None:
+    for args in (
+        ["--help"],
+        ["load", "--help"],
+        ["load", SHORT, "--sessions", "1", "--duration", "1s", "--workers", "1", "--plain"],
+    ):
+        run = subprocess.run(
+            [sys.executable, "-c", NO_RAY_PROBE, *args],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+        assert run.stdout.strip().endswith("RAY_NOT_IMPORTED"), (args, run.stdout, run.stderr)
+
+
+def test_ray_without_the_extra_is_one_line_naming_it_and_exit_2() -> None:
+    # sys.modules["ray"] = None: Python's own way of making ``import ray`` fail
+    probe = "import sys; sys.modules['ray'] = None; from duplexctl.cli import main; main()"
+    run = subprocess.run(
+        [sys.executable, "-c", probe, "load", "--ray", "auto", "--sessions", "1",
+         "--duration", "1s"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().count("\n") == 0
+    assert "duplexctl[ray]" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_an_unreachable_cluster_is_one_line_and_exit_3_in_bounded_time() -> None:
+    started = time.monotonic()
+    run = subprocess.run(
+        duplexctl_cmd("load", "--ray", f"127.0.0.1:{free_port()}", "--sessions", "1",
+                      "--duration", "1s"),
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 3, run.stderr
+    assert run.stderr.strip().count("\n") == 0
+    assert "no Ray cluster answers" in run.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_workers_per_node_without_ray_is_bad_usage() -> None:
+    run = subprocess.run(
+        duplexctl_cmd("load", "--workers-per-node", "2", "--sessions", "1", "--duration", "1s"),
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert "--workers-per-node needs --ray" in run.stderr
+
+
+# -- on the cluster -----------------------------------------------------------------------------
+
+
+def test_a_run_spreads_over_the_nodes_and_merges_exactly(cluster: Any, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with serve("--max-sessions", "32", "--reply-seconds", "1") as (url, _server):
+        run = run_load(
+            cluster, SHORT, "--url", url, "--workers-per-node", "1", "--sessions", "8",
+            "--duration", "8s", "--slice", "2", "--out", str(out),
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"node [0-9a-f]{12}: 1 workers", run.stdout)  # one dashboard line a node
+    report = report_of(out)
+    workers = report["workers"]
+    assert len(workers) == 2
+    assert len({w["node"] for w in workers}) == 2  # one worker on each node
+    assert all(w["sessions_started"] > 0 for w in workers)  # sessions on both nodes
+    for w in workers:  # each worker's clock offset to the driver was measured
+        assert w["clock_rtt_ms"] > 0 and abs(w["clock_offset_ms"]) < 1000
+        # Ray starts workers at niceness 15; the engine's thread goes back to 0 when it may
+        assert w["nice"] == 0 if os.geteuid() == 0 else w["nice"] >= 0
+        # polled twice a second (the heartbeat), not in a busy loop: ~20 polls in this run
+        assert 4 <= w["polls"] < 200
+    # totals = the sum of the parts (each worker's own saved run)
+    parts = [report_of(out / "workers" / f"w{i}") for i in range(2)]
+    for key in ("attempts",):
+        assert report["admission"][key] == sum(p["admission"][key] for p in parts) > 0
+    assert report["turns"]["count"] == sum(p["turns"]["count"] for p in parts) > 0
+    turns = (out / "turns.jsonl").read_text().splitlines()
+    assert len(turns) == report["turns"]["count"]
+    assert {json.loads(t)["worker"] for t in turns} == {0, 1}
+    # exact merge: `duplexctl report` over the workers' own runs gives the same histograms,
+    # bucket for bucket, slice for slice
+    merged = subprocess.run(
+        duplexctl_cmd("report", str(out / "workers" / "w0"), str(out / "workers" / "w1"),
+                      "--json"),
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert merged.returncode == 0, merged.stderr
+    again = json.loads(merged.stdout)
+    ours, theirs = report["recorder"]["slicer"], again["recorder"]["slicer"]
+    assert ours["slices"] == theirs["slices"] and ours["phases"] == theirs["phases"]
+    assert report["figures"] == again["figures"]
+
+
+def test_open_loop_arrivals_are_split_by_seed(cluster: Any, tmp_path: Path) -> None:
+    out = tmp_path / "open"
+    args = ["--rate", "4", "--seed", "7", "--count", "10", "--workers", "2"]
+    with serve("--max-sessions", "32", "--reply-seconds", "1") as (url, _server):
+        run = run_load(cluster, SHORT, "--url", url, *args, "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    report = report_of(out)
+    sessions = [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()]
+    whole = LoadConfig(inputs=[SHORT], rate=4, seed=7, count=10, workers=2)
+    for i in range(2):
+        share = whole.share(i, 2)
+        info = next(w for w in report["workers"] if w["worker"] == i)
+        assert info["seed"] == share.seed  # worker i of N: its own seed
+        planned = list(
+            ArrivalProcess(share.arrival, share.burstiness, share.seed).times(
+                share.rate, duration=None, count=share.count
+            )
+        )
+        offered = sorted(s["t_scheduled"] for s in sessions if s["worker"] == i)
+        assert offered == pytest.approx(planned, abs=1e-3)  # on the driver's clock
+    assert report["admission"]["attempts"] == 10
+
+
+def test_ctrl_c_closes_every_session_and_writes_the_partial_report(
+    cluster: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "int"
+    with serve("--max-sessions", "4", *GRACE_ARGS) as (url, _server):
+        proc = subprocess.Popen(
+            load_cmd(cluster, HELLO, "--url", url, "--workers", "2", "--sessions", "4",
+                     "--duration", "120s", "--out", str(out)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            assert wait_for(lambda: asyncio.run(admitted(url, 1)) == 0, 120.0, every_s=0.5)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=90) == 130
+            # every slot free again: the sessions were closed, not dropped (grace 120 s)
+            assert wait_for(lambda: asyncio.run(admitted(url, 4)) == 4, 20.0, every_s=0.5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    report = report_of(out)
+    assert report["interrupted"] is True
+    assert report["sessions"]["admitted"] >= 4
+    assert report["sessions"]["closed_cleanly"] == report["sessions"]["admitted"]
+    assert {w["end_reason"] for w in report["workers"]} == {"stopped"}
+
+
+def actor_pids() -> list[int]:
+    """This host's Ray worker processes running a LoadWorker actor."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmd.startswith(b"ray::LoadWorker"):
+                found.append(int(entry))
+    return found
+
+
+def test_driver_killed_every_actor_closes_its_sessions(cluster: Any) -> None:
+    with serve("--max-sessions", "4", *GRACE_ARGS) as (url, _server):
+        proc = subprocess.Popen(
+            load_cmd(cluster, HELLO, "--url", url, "--workers", "2", "--sessions", "4",
+                     "--duration", "120s"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            assert wait_for(lambda: asyncio.run(admitted(url, 1)) == 0, 120.0, every_s=0.5)
+            assert len(actor_pids()) >= 2
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            # the actors' heartbeat from the driver stopped: they close every session —
+            # long before the server's 120 s disconnect grace would free a dropped one
+            assert wait_for(lambda: asyncio.run(admitted(url, 4)) == 4, FREED_WITHIN_S)
+            # and they leave (detached from the driver's job: only the heartbeat ends them)
+            assert wait_for(lambda: not actor_pids(), FREED_WITHIN_S), actor_pids()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_a_node_killed_mid_run_is_reported_and_the_rest_goes_on(
+    cluster: Any, tmp_path: Path
+) -> None:
+    victim = cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20)
+    cluster.wait_for_nodes()
+    out = tmp_path / "lost"
+    with serve("--max-sessions", "32", "--reply-seconds", "1") as (url, _server):
+        proc = subprocess.Popen(
+            load_cmd(cluster, SHORT, "--url", url, "--workers-per-node", "1", "--sessions",
+                     "6", "--duration", "20s", "--slice", "2", "--out", str(out)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            wait_active(proc, 6)
+            time.sleep(3)  # a checkpoint or two (every 2 s with --slice 2)
+            cluster.remove_node(victim)
+            killed_at = time.monotonic()
+            _stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 1, stderr
+    assert "lost at" in stderr
+    report = report_of(out)
+    lost = [w for w in report["workers"] if w.get("lost")]
+    assert [w["node"] for w in lost] == [victim.node_id]
+    assert lost[0]["lost"]["sessions_lost"] >= 1
+    assert lost[0]["lost"]["at_s"] > 0
+    survivors = [w for w in report["workers"] if not w.get("lost")]
+    assert len(survivors) == 2 and {w["end_reason"] for w in survivors} == {"duration"}
+    # the dead worker's figures up to its last checkpoint are in the merged report
+    index = lost[0]["worker"]
+    partial = report_of(out / "workers" / f"w{index}")
+    assert partial["admission"]["attempts"] >= 1
+    others = sum(report_of(out / "workers" / f"w{w['worker']}")["admission"]["attempts"]
+                 for w in survivors)  # fmt: skip
+    assert report["admission"]["attempts"] == others + partial["admission"]["attempts"]
+    assert time.monotonic() - killed_at < 120

@@ -1,0 +1,122 @@
+"""The parts of ``load --ray`` that need no cluster: addresses, placement, per-node pacing
+and the per-node dashboard lines (issue 18). The heartbeat is tested on a real cluster, with
+the driver killed (tests/test_load_ray.py)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from duplexctl.errors import BadInput, ServerUnreachable
+from duplexctl.load.cluster.connect import parse_address, place
+from duplexctl.load.cluster.driver import own_pacing
+from duplexctl.load.config import workers_for
+from duplexctl.load.dashboard import Dashboard
+from duplexctl.load.recorder import Recorder
+from duplexctl.report.load_report import build_report
+
+
+def test_addresses() -> None:
+    assert parse_address("10.0.0.5:6379").init == "10.0.0.5:6379"
+    assert parse_address("head").port == 6379
+    client = parse_address("ray://head")
+    assert (client.init, client.port) == ("ray://head:10001", 10001)
+    assert parse_address("auto", env={"RAY_ADDRESS": "h:1234"}).init == "h:1234"
+    with pytest.raises(BadInput):
+        parse_address("head:port")
+
+
+def test_auto_without_a_cluster_is_unreachable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr("duplexctl.load.cluster.connect.CURRENT_CLUSTER", tmp_path / "none")
+    with pytest.raises(ServerUnreachable, match="ray start --head"):
+        parse_address("auto", env={})
+
+
+def node(i: int, cpus: float, alive: bool = True) -> dict[str, object]:
+    return {"NodeID": f"{i:056x}", "Alive": alive, "Resources": {"CPU": cpus}}
+
+
+def test_placement_spread_or_pinned_per_node() -> None:
+    nodes = [node(2, 4), node(1, 2), node(3, 8, alive=False)]
+    assert place(nodes, workers=5, per_node=None).nodes == (None,) * 5  # SPREAD
+    pinned = place(nodes, workers=1, per_node=2).nodes
+    assert pinned == (f"{1:056x}",) * 2 + (f"{2:056x}",) * 2  # dead node left out
+    with pytest.raises(BadInput, match="6 CPUs"):
+        place(nodes, workers=7, per_node=None)
+    with pytest.raises(BadInput, match="fewer CPUs"):
+        place(nodes, workers=1, per_node=3)
+
+
+def test_worker_flags() -> None:
+    assert workers_for(None, ray="auto", workers_per_node=None) == {
+        "workers": 1,
+        "workers_per_node": 1,
+    }
+    assert workers_for(6, ray="auto", workers_per_node=None)["workers"] == 6
+    with pytest.raises(BadInput, match="not both"):
+        workers_for(6, ray="auto", workers_per_node=2)
+    with pytest.raises(BadInput, match="needs --ray"):
+        workers_for(None, ray=None, workers_per_node=2)
+
+
+def test_a_node_that_could_not_pace_flags_the_run_by_name() -> None:
+    slow, fast = Recorder(origin=0.0), Recorder(origin=0.0)
+    for i in range(100):
+        slow.send_lag(0.01 * i, 250.0)  # a quarter second late: more than a 100 ms chunk
+        fast.send_lag(0.01 * i, 1.0)
+    for _ in range(20_000):
+        fast.send_lag(0.5, 1.0)  # 100 late of 20 100: the pooled p99 stays small
+    workers = [
+        {"worker": 0, "node": "slow-node", **own_pacing(slow.encode(), 100)},
+        {"worker": 1, "node": "fast-node", **own_pacing(fast.encode(), 100)},
+    ]
+    assert workers[0]["invalid_pacing"] and not workers[1]["invalid_pacing"]
+    pooled = Recorder(origin=0.0)
+    pooled.merge_encoded(slow.encode()).merge_encoded(fast.encode())
+    report = build_report(pooled, config={}, workers=workers, wall_s=1.0, chunk_ms=100, url=None)
+    assert report["validity"]["send_lag_p99_ms"] < 100  # the pool alone would hide it
+    assert report["validity"]["invalid_pacing"] is True
+    assert report["validity"]["invalid_pacing_nodes"] == ["slow-node"]
+
+
+def test_the_dashboard_shows_one_line_per_node() -> None:
+    stream = io.StringIO()
+    dash = Dashboard("plain", title="t", stream=stream)
+    nodes = {
+        "aaaa": {"workers": 2, "active": 40, "send_lag_p99_ms": 3.2, "cpu_percent": 61.0},
+        "bbbb": {"workers": 1, "active": 20, "send_lag_p99_ms": 180.0, "pacing_ok": False},
+        "cccc (lost)": {"lost": True},
+    }
+    dash.update({"active": 60}, nodes=nodes)
+    text = stream.getvalue()
+    assert "node aaaa: 2 workers · active 40 · send lag p99 3.20 ms" in text
+    assert "node bbbb:" in text and "INVALID PACING" in text.split("node bbbb:")[1]
+    assert "node cccc (lost): LOST" in text
+
+
+def test_partial_checkpoints_join_to_the_whole_recorder() -> None:
+    """What the driver keeps of a worker that dies: its partial checkpoints joined equal the
+    worker's whole recorder, across new slices and a doubling of the slice length."""
+    from duplexctl.load.cluster.driver import Member
+    from duplexctl.load.workers import Checkpoints
+    from duplexctl.report.slices import TimeSlicer
+
+    rec = Recorder(origin=0.0, slice_s=1.0)
+    rec._slicer = TimeSlicer(1.0, origin=0.0, max_slices=4)  # doubles after 4 s
+    checkpoints = Checkpoints(rec)
+    member = Member(0, None, None)  # type: ignore[arg-type]
+    sizes = []
+    for second in range(12):
+        for k in range(20):
+            rec.send_lag(second + k / 20, float(second + k))
+        part = checkpoints.next()
+        sizes.append(len(part["slicer"]["slices"]))
+        member.absorb(part)
+        whole = rec.encode()
+        assert member.last_checkpoint()["slicer"] == whole["slicer"], second
+    assert rec.slicer.slice_s > 1.0  # it doubled on the way
+    assert sizes[:4] == [1, 2, 2, 2], sizes  # before the doubling: the newest two at most
