@@ -12,12 +12,12 @@ import importlib.util
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 from html_browser import Opened, chromium_missing, open_page, screenshot_path
-from load_support import ROOT, SHORT, ctrl_c_when, duplexctl_cmd, saved_load_run
+from load_support import ROOT, SHORT, ctrl_c_when, duplexctl_cmd, saved_load_run, serve
 
+from duplexctl.prometheus.summary import explain_knee
 from duplexctl.report.html import load_page, page
 
 needs_browser = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
@@ -56,13 +56,13 @@ def test_load_out_writes_a_page_that_renders_offline(
         evaluate="({verdict: document.getElementById('verdict').textContent,"
         " slo: document.querySelectorAll('#slo-table tr.pass').length,"
         " command: (document.getElementById('command') || {}).textContent,"
-        " noServer: !!document.getElementById('no-server-metrics')})",
+        " server: document.querySelectorAll('.server-metrics').length})",
     )
     assert_clean(seen, min_charts=3)  # HDR curves, time slices, admission
     assert seen.facts["verdict"] == "PASS"
     assert seen.facts["slo"] == 1
     assert "--slo" in seen.facts["command"] and "load" in seen.facts["command"]
-    assert seen.facts["noServer"]  # the place for server metrics says there are none
+    assert seen.facts["server"] == 1  # the embedded server's /metrics was scraped
 
 
 @needs_browser
@@ -76,13 +76,19 @@ def test_report_html_merges_runs_into_one_page(two_runs: tuple[Path, Path], tmp_
     seen = open_page(
         out,
         screenshot_path(tmp_path, "load-merged"),
-        evaluate="document.querySelectorAll('#workers-table tr').length - 1",
+        evaluate="({workers: document.querySelectorAll('#workers-table tr').length - 1,"
+        " servers: Array.from(document.querySelectorAll('.server-metrics h4')).map(e => e.textContent),"
+        " drawn: Array.from(document.querySelectorAll('.server-metrics div.chart[data-rendered]'))"
+        ".filter(e => e.querySelector('svg .mark-line.role-mark path')).map(e => e.id)})",
     )
-    assert_clean(seen, min_charts=3)
+    assert_clean(seen, min_charts=5)  # … and each run's server series on its own clock
     merged = json.loads(
         json.dumps(two_runs and [json.loads((r / "report.json").read_text()) for r in two_runs])
     )
-    assert seen.facts == sum(len(r["workers"]) for r in merged)  # every run's workers listed
+    assert seen.facts["workers"] == sum(len(r["workers"]) for r in merged)  # every run's workers
+    # server_metrics_by_run: each run's section, under its source, drawn and tabulated
+    assert seen.facts["servers"] == [str(r / "report.json") for r in two_runs]
+    assert seen.facts["drawn"] == ["server-0", "server-1"]
     assert "merged from 2 runs" in out.read_text()
 
 
@@ -125,39 +131,79 @@ def test_ctrl_c_leaves_a_page_of_the_partial_run(tmp_path: Path) -> None:
     assert "interrupted" in seen.facts
 
 
-def _server_metrics_report(run: Path) -> dict[str, Any]:
-    report = json.loads((run / "report.json").read_text())
-    report["server_metrics"] = {
-        "source": "http://127.0.0.1:1/metrics",
-        "samples": [
-            {"t_s": float(t), "num_requests_running": t % 3, "kv_cache_usage": 0.1 * t}
-            for t in range(5)
-        ],
-    }
-    return report
+#: what the page's script reads back: the titles of the time-slice panels, the server's
+#: line marks drawn under them, and its tables' rows (counters, histograms)
+_SERVER_FACTS = """({
+  titles: Array.from(document.querySelectorAll('#slices svg .role-title-text'))
+    .map(e => e.textContent),
+  serverLines: Array.from(document.querySelectorAll('#slices svg .mark-line.role-mark'))
+    .filter(g => g.querySelector('path')).length,
+  counters: Array.from(document.querySelectorAll('.server-counters tr'))
+    .slice(1).map(r => [r.cells[0].textContent, r.cells[1].textContent, r.cells[2].textContent]),
+  histograms: Array.from(document.querySelectorAll('.server-histograms tr'))
+    .slice(1).map(r => [r.cells[0].textContent, r.cells[2].textContent]),
+})"""
 
 
 @needs_browser
-def test_server_metrics_when_present_share_the_time_axis(
-    two_runs: tuple[Path, Path], tmp_path: Path
-) -> None:
-    html = page.write_atomic(
-        tmp_path / "sm.html", load_page.build(_server_metrics_report(two_runs[0]))
-    )
+def test_server_metrics_of_a_load_on_serve_share_the_latency_time_axis(tmp_path: Path) -> None:
+    """A load against ``duplexctl serve`` (its real /metrics scraped): the page draws the
+    server's key series per slice in the same stack as the latency slices (one x axis), and
+    tabulates the counters' deltas and the histograms' percentiles."""
+    out = tmp_path / "run"
+    with serve("--gpu-slots", "1", "--unit-compute-ms", "150", "--max-sessions", "20") as (url, _p):
+        done = subprocess.run(
+            duplexctl_cmd(
+                "load", SHORT, "--url", url, "--sessions", "3", "--duration", "4s",
+                "--workers", "1", "--plain", "--slice", "1", "--scrape-interval", "0.25",
+                "--out", str(out),
+            ),
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    section = report["server_metrics"]
     seen = open_page(
-        html,
-        screenshot_path(tmp_path, "load-server-metrics"),
-        evaluate="!!document.querySelector('#server-metrics[data-rendered] svg')",
+        out / "report.html", screenshot_path(tmp_path, "load-serve-metrics"), evaluate=_SERVER_FACTS
     )
-    assert_clean(seen, min_charts=4)
-    assert seen.facts is True
+    assert_clean(seen, min_charts=3)
+    titles = seen.facts["titles"]
+    server_titles = [t for t in titles if t.startswith("server: ")]
+    assert "ttfa percentiles" in titles  # the latency slices, in the same vconcat …
+    assert server_titles == [
+        "server: requests running and waiting (max) per slice",
+        "server: KV cache usage (mean) per slice",
+        "server: duplex sessions active and in disconnect grace (max) per slice",
+    ]  # … no GPU utilisation panel: no DCGM endpoint was given
+    # a line per series: running, waiting, KV cache, sessions active, sessions in grace
+    assert seen.facts["serverLines"] >= 5
+    admitted = report["admission"]["by_kind"]["admitted"]
+    stops = next(
+        c["delta"]
+        for c in section["counters"]
+        if c["name"] == "vllm:request_success_total" and c["labels"]["finished_reason"] == "stop"
+    )
+    assert admitted >= 1 and stops >= 1
+    assert ["vllm:request_success_total", "finished_reason=stop", f"{stops:g}"] in seen.facts[
+        "counters"
+    ]
+    ttft = next(h for h in section["histograms"] if h["name"] == "vllm:time_to_first_token_seconds")
+    assert ["vllm:time_to_first_token_seconds", f"{ttft['count']:g}"] in seen.facts["histograms"]
+
+
+def test_a_run_without_server_metrics_says_so(two_runs: tuple[Path, Path]) -> None:
+    report = json.loads((two_runs[0] / "report.json").read_text())
+    assert 'class="server-metrics"' in load_page.build(report)
+    del report["server_metrics"]
+    html = load_page.build(report)
+    assert 'id="no-server-metrics"' in html and 'class="server-metrics"' not in html
 
 
 def test_server_metrics_of_unknown_shape_are_shown_not_drawn(two_runs: tuple[Path, Path]) -> None:
     report = json.loads((two_runs[0] / "report.json").read_text())
     report["server_metrics"] = {"note": "scrape failed", "errors": 3}
     html = load_page.build(report)
-    assert 'id="server-metrics"' not in html and "scrape failed" in html
+    assert 'class="server-metrics"' not in html and "scrape failed" in html
 
 
 def test_invalid_pacing_and_failed_slo_come_first() -> None:
@@ -206,12 +252,49 @@ def test_capacity_search_page_shows_the_steps_and_the_knee(tmp_path: Path) -> No
         screenshot_path(tmp_path, "load-capacity"),
         evaluate="({rows: document.querySelectorAll('#capacity-table tr').length - 1,"
         " points: document.querySelectorAll('#capacity svg .mark-symbol.role-mark path').length,"
-        " rules: document.querySelectorAll('#capacity svg .mark-rule.role-mark line').length})",
+        " rules: document.querySelectorAll('#capacity svg .mark-rule.role-mark line').length,"
+        " serverSteps: Array.from(document.querySelectorAll('#server-0-steps svg .role-legend-label text'))"
+        ".map(e => e.textContent).slice(0, 2)})",
     )
-    assert_clean(seen, min_charts=4)
+    assert_clean(seen, min_charts=5)  # … and the server's series per step
     assert seen.facts["rows"] == len(steps) >= 1
     assert seen.facts["points"] == 2 * len(steps)  # achieved and the percentile, per step
     assert seen.facts["rules"] >= 3  # the SLO line and the knee on both charts
+    assert seen.facts["serverSteps"] == ["running requests", "waiting requests"]
+
+
+@needs_browser
+def test_the_knee_is_explained_in_server_terms_beside_the_steps(tmp_path: Path) -> None:
+    """A search on ``duplexctl serve`` (one batch slot: replies run and queue); the knee text
+    of docs/metrics.md, computed from its scraped steps (as if its last level had failed),
+    is on the page beside the server's series per step."""
+    out = tmp_path / "cap"
+    with serve("--gpu-slots", "1", "--unit-compute-ms", "150", "--max-sessions", "20") as (url, _p):
+        done = subprocess.run(
+            duplexctl_cmd(
+                "load", SHORT, "--url", url, "--find-capacity", "--step-duration", "4s",
+                "--max-level", "2", "--slo", "ttfa_p95<=20s", "--workers", "1", "--plain",
+                "--scrape-interval", "0.25", "--out", str(out),
+            ),
+            capture_output=True, text=True, timeout=180, cwd=ROOT,
+        )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads((out / "report.json").read_text())
+    section = report["server_metrics"]
+    levels = [s["level"] for s in report["capacity_search"]["steps"]]
+    knee = explain_knee(section, levels[-2] if len(levels) > 1 else None, levels[-1], "sessions")
+    assert knee is not None and knee["text"].startswith(f"at {levels[-1]} sessions: ")
+    section["knee"] = knee
+    html = page.write_atomic(tmp_path / "knee.html", load_page.build(report))
+    seen = open_page(
+        html,
+        screenshot_path(tmp_path, "load-capacity-knee"),
+        evaluate="({knee: document.getElementById('server-0-knee').textContent,"
+        " lines: document.querySelectorAll('#server-0-steps svg .mark-line.role-mark path').length})",
+    )
+    assert_clean(seen, min_charts=5)
+    assert knee["text"] in seen.facts["knee"]
+    assert seen.facts["lines"] >= 4  # running, waiting, KV cache, sessions active …
 
 
 def test_what_a_run_says_is_text_never_markup(two_runs: tuple[Path, Path]) -> None:

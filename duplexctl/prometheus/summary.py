@@ -29,7 +29,7 @@ from duplexctl.prometheus.store import FILE_NAME, SeriesKey, Store
 
 PERCENTILES: Final = (50.0, 90.0, 99.0)
 #: labels every vLLM series carries: left out of the printed summary's counter lines
-_QUIET_LABELS: Final = frozenset({"model_name", "engine", "stage", "replica"})
+QUIET_LABELS: Final = frozenset({"model_name", "engine", "stage", "replica"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +355,7 @@ def render_lines(section: dict[str, Any]) -> list[str]:
         lines.append(f"  {h['name']}: {h['count']:.0f} in the run, {ps} s")
     for c in section.get("counters", []):
         if c["delta"]:
-            label = ",".join(f"{k}={v}" for k, v in c["labels"].items() if k not in _QUIET_LABELS)
+            label = ",".join(f"{k}={v}" for k, v in c["labels"].items() if k not in QUIET_LABELS)
             lines.append(f"  {c['name']}{'{' + label + '}' if label else ''}: +{c['delta']:g}")
     knee = section.get("knee")
     if knee:

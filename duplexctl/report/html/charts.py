@@ -107,23 +107,74 @@ def time_panels(
             alt.Tooltip("series:N"),
             alt.Tooltip("value:Q", format=",.4~g"),
         ]
-        base = alt.Chart(alt.Data(values=long), title=title)
-        color = alt.Color("series:N", title=None, legend=alt.Legend(orient="right"))
         if unit == "count":
-            layer = base.mark_bar(opacity=0.75).encode(
-                x=alt.X(
-                    "start_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max])
-                ),
-                x2="end_s:Q",
-                y=alt.Y("value:Q", title=unit).stack(None),
-                color=color,
-                tooltip=tooltip,
+            layer = (
+                alt.Chart(alt.Data(values=long), title=title)
+                .mark_bar(opacity=0.75)
+                .encode(
+                    x=alt.X(
+                        "start_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max])
+                    ),
+                    x2="end_s:Q",
+                    y=alt.Y("value:Q", title=unit).stack(None),
+                    color=_SERIES_COLOR,
+                    tooltip=tooltip,
+                )
             )
         else:
-            layer = base.mark_line(point=alt.OverlayMarkDef(size=14)).encode(
-                x=x, y=alt.Y("value:Q", title=unit), color=color, tooltip=tooltip
-            )
+            layer = _line_panel(long, title, x=x, unit=unit, tooltip=tooltip)
         charts.append(layer.properties(width=WIDTH - 220, height=110))
+    return alt.vconcat(*charts, spacing=12).resolve_scale(color="independent").to_dict()
+
+
+_SERIES_COLOR: Final = alt.Color("series:N", title=None, legend=alt.Legend(orient="right"))
+
+
+def _line_panel(
+    long: Sequence[Row], title: Any, *, x: alt.X, unit: str, tooltip: Sequence[alt.Tooltip]
+) -> alt.Chart:
+    """One panel of long rows ({series, value, …}): a line per series, a point per row."""
+    return (
+        alt.Chart(alt.Data(values=list(long)), title=title)
+        .mark_line(point=alt.OverlayMarkDef(size=14))
+        .encode(x=x, y=alt.Y("value:Q", title=unit), color=_SERIES_COLOR, tooltip=list(tooltip))
+    )
+
+
+def level_panels(
+    rows: Sequence[Row],
+    panels: Sequence[tuple[str, Sequence[str], str]],
+    *,
+    unit: str,
+    knee: float | None,
+) -> dict[str, Any]:
+    """The capacity search's steps seen from another side (the server's series): stacked
+    panels against the offered level (``level`` in each row), the knee marked on each."""
+    top = max((r["level"] for r in rows), default=1.0)
+    x = alt.X("level:Q", title=f"offered ({unit})", scale=alt.Scale(domain=[0, top]))
+    tooltip = [
+        alt.Tooltip("level:Q"),
+        alt.Tooltip("series:N"),
+        alt.Tooltip("value:Q", format=",.4~g"),
+    ]
+    charts = []
+    for title, fields, panel_unit in panels:
+        long = [
+            {"level": r["level"], "series": f, "value": r[f]}
+            for r in rows
+            for f in fields
+            if r.get(f) is not None
+        ]
+        layers: list[Any] = [
+            _line_panel(long, alt.Undefined, x=x, unit=panel_unit, tooltip=tooltip)
+        ]
+        if knee is not None:
+            layers.append(
+                alt.Chart(alt.Data(values=[{"knee": knee}]))
+                .mark_rule(color="#0969da")
+                .encode(x="knee:Q")
+            )
+        charts.append(alt.layer(*layers, title=title).properties(width=WIDTH - 220, height=110))
     return alt.vconcat(*charts, spacing=12).resolve_scale(color="independent").to_dict()
 
 

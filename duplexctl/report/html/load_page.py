@@ -16,6 +16,7 @@ from typing import Any, Final
 import numpy as np
 
 from duplexctl.report.html import charts, page
+from duplexctl.report.html import server_metrics as sm
 from duplexctl.report.load_report import tally_of
 from duplexctl.report.slo import parse_slo
 
@@ -55,7 +56,6 @@ SLICE_PANELS: Final = (
     ("admission: attempts and rejections", ("attempts", "rejections", "errors"), "count"),
     ("ttfa percentiles", ("ttfa_p50", "ttfa_p95", "ttfa_p99"), "ms"),
 )
-_TIME_KEYS: Final = ("t_s", "start_s", "time_s", "elapsed_s", "t")
 
 
 def build(report: Mapping[str, Any]) -> str:
@@ -70,21 +70,33 @@ def build(report: Mapping[str, Any]) -> str:
             specs[cid] = charts.percentile_curves(curves, title=title)
             groups.append({"id": cid, "title": title})
     slices = slice_rows(report)
-    x_max = max((r["end_s"] for r in slices), default=1.0)
+    servers = server_sections(report)
+    # one run's server slices are the report's slices; merged runs' each have their own clock
+    shared = next((s for s in servers if s["source"] is None), None) if slices else None
     if slices:
-        specs["slices"] = charts.time_panels(slices, SLICE_PANELS, x_max=x_max)
-    server = server_metrics(report.get("server_metrics"))
-    if server["rows"]:
-        specs["server-metrics"] = charts.time_panels(
-            server["rows"],
-            [(f, (f,), "") for f in server["fields"]],
-            x_max=max(x_max, server["x_max"]),
-        )
+        specs["slices"] = slices_chart(slices, shared)
+    for i, server in enumerate(servers):
+        server["id"] = f"server-{i}"
+        server["shares_slices"] = server is shared and bool(server["slice_rows"])
+        if server["slice_rows"] and not server["shares_slices"]:
+            rows = server["slice_rows"]
+            specs[server["id"]] = charts.time_panels(
+                rows, sm.panels(rows, per="slice"), x_max=max(r["end_s"] for r in rows)
+            )
     capacity = report.get("capacity_search")
     if capacity and capacity.get("steps"):
         specs["capacity"] = capacity_chart(
             capacity, list(report.get("config", {}).get("slos") or [])
         )
+    for server in servers:
+        if capacity and server.get("step_rows"):
+            rows = server["step_rows"]
+            specs[f"{server['id']}-steps"] = charts.level_panels(
+                rows,
+                sm.panels(rows, per="step"),
+                unit=capacity.get("unit", "sessions"),
+                knee=capacity.get("largest_pass"),
+            )
     admission = report.get("admission", {})
     adm_rows = admission_rows(admission)
     if adm_rows:
@@ -100,7 +112,8 @@ def build(report: Mapping[str, Any]) -> str:
         groups=groups,
         figures=[(k, v) for k, v in report.get("figures", {}).items() if v.get("n")],
         slices=slices,
-        server=server,
+        servers=servers,
+        server_raw=server_raw(report),
         capacity=capacity,
         admission=admission,
         config_rows=config_rows(report.get("config", {})),
@@ -194,52 +207,40 @@ def slice_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def server_metrics(section: Any) -> dict[str, Any]:
-    """The server's metrics, when the run collected them (issue 19's ``server_metrics``).
-
-    Nothing is assumed of their shape beyond being JSON: a list of records (or a dict
-    holding one) with a time key is drawn on the slices' time axis, one panel per numeric
-    field; anything else is shown as JSON. Absent: the page says so."""
-    result: dict[str, Any] = {
-        "present": section is not None,
-        "rows": [],
-        "fields": [],
-        "x_max": 0.0,
-    }
-    if section is None:
-        return result
-    result["json"] = json.dumps(section, indent=1, default=str)[:200_000]
-    records = section
-    if isinstance(section, Mapping):
-        records = next((v for v in section.values() if _records(v)), None)
-    if not _records(records):
-        return result
-    tkey = next(k for k in _TIME_KEYS if all(k in r for r in records))
-    fields: list[str] = []
-    for r in records:
-        for k, v in r.items():
-            if (
-                k != tkey
-                and isinstance(v, int | float)
-                and not isinstance(v, bool)
-                and k not in fields
-            ):
-                fields.append(k)
-    result["fields"] = fields[:12]
-    result["rows"] = [
-        {"t_s": float(r[tkey]), **{f: r.get(f) for f in result["fields"]}} for r in records
+def server_sections(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The server's metrics of the run (``server_metrics``), or of each merged run
+    (``server_metrics_by_run``, each on its own clock): what the page shows of each."""
+    sections = [report.get("server_metrics"), *(report.get("server_metrics_by_run") or [])]
+    return [
+        {**sm.view(s), "slice_rows": sm.slice_rows(s), "step_rows": sm.step_rows(s)}
+        for s in sections
+        if sm.documented(s)
     ]
-    result["x_max"] = max(r["t_s"] for r in result["rows"])
-    return result
 
 
-def _records(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(r, Mapping) for r in value)
-        and any(all(k in r for r in value) for k in _TIME_KEYS)
-    )
+def server_raw(report: Mapping[str, Any]) -> str | None:
+    """A ``server_metrics`` section of another shape than docs/metrics.md's, as recorded."""
+    section = report.get("server_metrics")
+    return None if section is None or sm.documented(section) else sm.raw(section)
+
+
+def slices_chart(slices: list[dict[str, Any]], server: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The client's time slices, and under them the server's key series per slice: one
+    stack of panels on one x axis (the server's slices are the report's slices)."""
+    panels = list(SLICE_PANELS)
+    x_max = max(r["end_s"] for r in slices)
+    if server and server.get("slice_rows"):
+        by_span = {(r["start_s"], r["end_s"]): r for r in server["slice_rows"]}
+        for row in slices:
+            row.update(
+                {
+                    k: v
+                    for k, v in by_span.get((row["start_s"], row["end_s"]), {}).items()
+                    if k not in row
+                }
+            )
+        panels += sm.panels(server["slice_rows"], per="slice")
+    return charts.time_panels(slices, panels, x_max=x_max)
 
 
 def capacity_chart(capacity: Mapping[str, Any], slos: Sequence[str]) -> dict[str, Any]:
