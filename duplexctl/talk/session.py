@@ -635,7 +635,8 @@ class TalkSession:
             if self.user_wav is not None:
                 self.user_wav.write(block.samples)
             armed = self.config.barge_in != "off" and self.output.busy()
-            onset = detector.feed(block, armed=armed, now=now)
+            heard = block if self.echo is None else self.echo.for_barge_in or block
+            onset = detector.feed(heard, armed=armed, now=now)
             if onset is not None:
                 await self._interrupt("speech", onset)  # flushes first, then tells the server
             for ev in turn_vad.feed(block.samples):
@@ -1101,6 +1102,9 @@ class TalkSession:
             "device_latency_ms": round(st.device_latency_ms, 1),
             "audio_s": round(self.echo.audio_s, 2),
             "render_gaps": self.echo.render_gaps,
+            "gated_frames": self.echo.gated_frames,
+            "raw_frames": self.echo.raw_frames,
+            "leaks_silenced": self.echo.leaks_silenced,
             "cpu_s": round(st.cpu_s, 3),
             "added_capture_ms_mean": round(st.added_ms_mean, 3),
             "added_capture_ms_max": round(st.added_ms_max, 3),
