@@ -14,8 +14,8 @@ it heard, so the assistant talks real speech through the speaker. What is measur
   silent) over a 60 s conversation: 0 with ``--aec on``; with ``--aec off`` the same path
   triggers them;
 * real user speech over the assistant stops the speaker, measured on the speaker sink's
-  monitor from the DAC time of the user's speech onset: printed against the issue's 150 ms,
-  asserted within ``STOP_BOUND_MS`` (see there);
+  monitor from the DAC time of the user's speech onset: within ``STOP_BOUND_MS`` in every
+  trial, and the issue's 150 ms as the median of ``STOP_TRIALS`` trials (xfail: not met);
 * added capture latency: the cleaned microphone's lag behind the raw one (cross-correlation
   over the user's speech) is AEC3's fixed block delay (7.9 ms at 16 kHz) and <= 10 ms; the
   per-block computing time on top is printed here and measured in bench/aec_cost.py.
@@ -59,12 +59,13 @@ REC = ROOT / "recordings"
 RATE = 16000
 LOUD = 0.01  # the speaker capture: speech peaks ~0.3; a silent null sink is digital zero
 FRAME = RATE // 100
-# The issue's stop figure is 150 ms, which this does NOT meet: measured 250-720 ms here. AEC3
-# holds a double-talk onset down 80-110 ms, and the echo gate (talk/echo.py) keeps the user
-# from the detector until they are louder than the assistant's echo + 6 dB; without the gate
-# the stop took 110-160 ms but AEC3's leaks under load made false barge-ins. So asserted is
-# the functional part: the user's speech, not the echo, stops the assistant while the user
-# is still saying their sentence (interrupt.wav speaks for 2.6 s).
+# The issue's stop figure, asserted as the median of STOP_TRIALS trials by
+# test_stop_meets_the_issues_150_ms (which does NOT meet it yet: see its xfail). AEC3 holds a
+# double-talk onset down 90-130 ms (measured), most of the budget.
+STOP_TARGET_MS = 150.0
+STOP_TRIALS = 5
+# What every trial must meet: the user's speech, not the echo, stops the assistant while the
+# user is still saying their sentence (interrupt.wav speaks for 2.6 s).
 STOP_BOUND_MS = 2000.0
 # user utterances (file, seconds after talk's input started): each ends, the assistant says
 # it back (~1.1 s later: 800 ms server VAD silence + 300 ms ttfa), and only then the next
@@ -316,15 +317,16 @@ async def test_without_aec_the_same_path_barges_in_on_itself(
     assert len(falses) >= 1
 
 
-@pytest.mark.audio
-async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path: EchoPath) -> None:
-    """interrupt.wav begins 1 s into the assistant saying hello back: the detector, deciding
-    on the cancelled signal, still hears the user and the speaker goes silent. The issue's
-    target is 150 ms (printed; not met reliably, see STOP_BOUND_MS); asserted is a stop
-    within STOP_BOUND_MS and no more of the reply."""
-    conv = await converse(
-        tmp_path, echo_path, [("hello.wav", 0.5), ("interrupt.wav", -1.0)], 10.0, "on"
-    )
+class StopTargetMissed(AssertionError):
+    """The median stop over the trials missed the issue's figure (and nothing else)."""
+
+
+async def stop_after_user_speech(tmp_path: Path, path: EchoPath) -> float:
+    """One trial: interrupt.wav begins 1 s into the assistant saying hello back. Asserts
+    what must hold every time (the user's speech, not the echo, stopped the reply, and none
+    of it played on); returns the stop: ms from the user's speech onset (its DAC time) to
+    the last loud sample on the speaker sink's monitor."""
+    conv = await converse(tmp_path, path, [("hello.wav", 0.5), ("interrupt.wav", -1.0)], 10.0, "on")
     assert conv.result.error is None
     onset = conv.speech_spans()[1][0]
     x, t = conv.speaker()
@@ -332,16 +334,16 @@ async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path
     before = loud & (t >= onset - 0.5) & (t < onset)
     assert before.any(), "the assistant was not talking when the user interrupted"
     played = np.nonzero(loud & (t < onset + STOP_BOUND_MS / 1000))[0]
-    stop_ms = (t[played[-1]] - onset) * 1000.0
+    stop_ms = float((t[played[-1]] - onset) * 1000.0)
     after = loud & (t >= onset + STOP_BOUND_MS / 1000) & (t < onset + 3.0)
     barge = conv.result.barge_ins
     echo = conv.session.echo
     assert echo is not None
     print(
         f"\naec on, barge-in: speaker silent {stop_ms:.1f} ms after the user's speech began "
-        f"(target 150 ms; talk's local figure {barge[0].local_stop_ms if barge else None} ms "
-        f"from the detected onset); barge-ins {[b.kind for b in barge]}, frames heard from "
-        f"the microphone itself {echo.raw_frames}"
+        f"(target {STOP_TARGET_MS:.0f} ms; talk's local figure "
+        f"{barge[0].local_stop_ms if barge else None} ms from the detected onset); barge-ins "
+        f"{[b.kind for b in barge]}, frames heard from the microphone itself {echo.raw_frames}"
     )
     assert len(barge) == 1 and barge[0].kind == "speech"
     assert not conv.false_barge_ins()
@@ -349,6 +351,40 @@ async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path
     assert not after.any(), "the interrupted reply kept playing"
     turn = conv.result.turns[0]
     assert turn.outcome == "cancelled" and turn.reason == "client_cancelled"
+    return stop_ms
+
+
+@pytest.mark.audio
+async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path: EchoPath) -> None:
+    """The detector, deciding on the cancelled signal, still hears the user over the
+    assistant, and the speaker goes silent within STOP_BOUND_MS (one trial)."""
+    await stop_after_user_speech(tmp_path, echo_path)
+
+
+@pytest.mark.audio
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=StopTargetMissed,  # only the median may miss: a trial's own assertions still fail
+    reason="issue 22's 150 ms stop is not met with the echo gate (docs/metrics.md)",
+)
+async def test_stop_meets_the_issues_150_ms(tmp_path: Path, echo_path: EchoPath) -> None:
+    """The issue's figure, honestly: the median stop over STOP_TRIALS trials <= 150 ms (a
+    median, because one trial on a loaded 2-core machine can lose 50 ms to scheduling).
+    Expected to miss (strict: it turns into a failure the day it passes, so the mark goes).
+    A trial whose own checks fail (stop_after_user_speech: e.g. the reply was already
+    stopped by its echo) counts as no stop at all (inf) and is printed with its reason."""
+    stops: list[float] = []
+    for k in range(STOP_TRIALS):
+        try:
+            stops.append(await stop_after_user_speech(tmp_path / f"trial{k}", echo_path))
+        except AssertionError as exc:
+            print(f"\ntrial {k} failed its checks: {str(exc).splitlines()[0]}")
+            stops.append(float("inf"))
+    print(f"\nstops over {STOP_TRIALS} trials: {sorted(round(s, 1) for s in stops)} ms")
+    median = float(np.median(stops))
+    if median > STOP_TARGET_MS:
+        raise StopTargetMissed(f"median stop {median:.0f} ms > {STOP_TARGET_MS:.0f} ms")
 
 
 @pytest.mark.audio
