@@ -22,5 +22,5 @@ if ! dpkg -s "${PKGS[@]}" >/dev/null 2>&1; then
 fi
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "duplexctl needs Python >= 3.11"'
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,ray]'
+.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,ray,aec]'
 echo "duplexctl installed: $(.venv/bin/duplexctl --version)"

@@ -483,6 +483,20 @@ def talk(
     barge_threshold_db: Annotated[
         float, typer.Option(help="Level (dBFS) the local barge-in detector counts as speech.")
     ] = -40.0,
+    aec: Annotated[
+        str,
+        typer.Option(
+            help="Acoustic echo cancellation (on|off): the speaker's sound is removed from the "
+            "microphone, so talk works on laptop speakers (needs the aec extra)."
+        ),
+    ] = "on",
+    noise_suppression: Annotated[
+        bool,
+        typer.Option(
+            "--noise-suppression/--no-noise-suppression",
+            help="WebRTC noise suppression on the microphone (with the aec extra).",
+        ),
+    ] = False,
     model: ModelOption = None,
     voice: VoiceOption = None,
     ref_audio: Annotated[
@@ -536,6 +550,8 @@ def talk(
         auto_response=auto_response,
         barge_in=barge_in,  # type: ignore[arg-type]
         barge_threshold_db=barge_threshold_db,
+        aec=aec,
+        noise_suppression=noise_suppression,
         model=model,
         voice=voice,
         ref_audio=ref_audio,

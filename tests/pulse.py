@@ -35,6 +35,7 @@ from pathlib import Path
 SINK = "vsink"
 DRAIN = "drain"
 MONITOR = f"{SINK}.monitor"
+ROOM = "room"  # add_echo_path: the air around a laptop, whose monitor is its microphone
 
 # With -n no default.pa is read: this is the whole configuration. auth-anonymous because the
 # socket lives in a mode-700 directory of our own, and a cookie would need a shared $HOME.
@@ -167,6 +168,54 @@ def start_pulse(
         time.sleep(0.1)
     time.sleep(settle_s)  # fact 1: let the loopback pull the monitor into small blocks
     return server
+
+
+@dataclass(frozen=True)
+class EchoPath:
+    """A laptop's acoustics (:func:`add_echo_path`): ``{ROOM}.monitor`` is the microphone,
+    hearing the speaker ``delay_ms`` late and ``gain_db`` quieter, plus whatever is played
+    into ``{ROOM}`` (the user's voice). Streams are routed by ``PULSE_SINK`` /
+    ``PULSE_SOURCE``, which libpulse reads when a stream opens (PortAudio sees one ``pulse``
+    device, so names cannot be chosen through it)."""
+
+    delay_ms: int
+    gain_db: float
+    microphone: str = f"{ROOM}.monitor"
+    speaker: str = SINK
+    voice: str = ROOM
+
+
+def add_echo_path(
+    server: PulseServer, *, delay_ms: int = 50, gain_db: float = -10.0, settle_s: float = 1.5
+) -> EchoPath:
+    """Feed the speaker sink back into a microphone: ``module-loopback`` from the speaker's
+    monitor into a null sink ``room`` with ``latency_msec=delay_ms``, its volume set to
+    ``gain_db``; ``room``'s monitor is pulled by a second loopback into ``drain`` so that it
+    runs in small blocks (fact 1). Measured on this setup: a 10 ms click comes back -9.3 dB,
+    54-64 ms later for ``delay_ms=50`` (the loopback adapts its latency around the target)."""
+    server.pactl(
+        "load-module", "module-null-sink", f"sink_name={ROOM}", "rate=48000", "channels=1",
+        "sink_properties=device.description=duplexctl-room",
+    )  # fmt: skip
+    server.pactl(
+        "load-module", "module-loopback", f"source={ROOM}.monitor", f"sink={DRAIN}",
+        "latency_msec=20",
+    )  # fmt: skip
+    module = server.pactl(
+        "load-module", "module-loopback", f"source={MONITOR}", f"sink={ROOM}",
+        f"latency_msec={delay_ms}", "adjust_time=0", "source_dont_move=true",
+        "sink_dont_move=true",
+    ).strip()  # fmt: skip
+    deadline = time.monotonic() + 5.0
+    while True:
+        for entry in server.pactl("list", "sink-inputs").split("Sink Input #")[1:]:
+            if f"Owner Module: {module}\n" in entry:
+                server.pactl("set-sink-input-volume", entry.split()[0], f"{gain_db}dB")
+                time.sleep(settle_s)  # the new sinks leave their first big blocks behind
+                return EchoPath(delay_ms, gain_db)
+        if time.monotonic() > deadline:
+            raise PulseStartError(f"the echo loopback (module {module}) has no sink input")
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the two constraints files from pyproject.toml, each in a fresh virtualenv.
 
-Why two files: ``constraints.txt`` pins every package ``pip install -e '.[dev]'`` installs at
+Why two files: ``constraints.txt`` pins every package ``pip install -e '.[dev,aec]'`` installs at
 the newest versions the bounds allowed on the day it was written, so ``install.sh`` and CI
 install what was tested, not whatever PyPI serves that morning. ``constraints-oldest.txt``
 pins every runtime dependency (and the ``plot`` extra) at its **lower bound** from
@@ -99,7 +99,7 @@ def _freeze(venv: Path, constraint: Path | None) -> str:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "pip"), "--disable-pip-version-check"]
     extra = ["-c", str(constraint)] if constraint else []
-    subprocess.run([*pip, "install", "-q", *extra, "-e", f"{ROOT}[dev,ray]"], check=True)
+    subprocess.run([*pip, "install", "-q", *extra, "-e", f"{ROOT}[dev,ray,aec]"], check=True)
     out = subprocess.run(
         [*pip, "freeze", "--exclude", "duplexctl"], check=True, capture_output=True, text=True
     )
@@ -121,7 +121,7 @@ def main() -> int:
         floor_file.write_text("".join(f"{n}=={v}\n" for n, v in wanted.items()))
         LOCK.write_text(
             _header(
-                "Exact versions of everything `pip install -e '.[dev,ray]'` installs; install.sh uses them."
+                "Exact versions of everything `pip install -e '.[dev,ray,aec]'` installs; install.sh uses them."
             )
             + _freeze(Path(tmp) / "newest", None)
         )

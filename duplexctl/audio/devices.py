@@ -450,6 +450,9 @@ class Microphone:
 # --- speaker ----------------------------------------------------------------------------
 
 StartedCallback = Callable[[str, float], None]
+#: ``(samples, t_dac)``: a block handed to the device (mono, device rate, silence included)
+#: and the monotonic DAC time of its first sample; called on the audio thread.
+RenderTap = Callable[[np.ndarray, float], None]
 
 
 @dataclass(slots=True)
@@ -500,7 +503,8 @@ class Speaker:
     given to :meth:`start` with the monotonic DAC time of its first frame (P0). When the
     buffer runs dry while the playing response has not ended, that is an underrun: counted
     once per dry spell in ``underruns``, with the silence inserted added to ``stall_ms``.
-    ``device_underflows`` counts what PortAudio itself reports.
+    ``device_underflows`` counts what PortAudio itself reports. ``on_render`` sees every
+    block exactly as the device gets it (an echo canceller's far end); it must not block.
     """
 
     def __init__(
@@ -514,6 +518,7 @@ class Speaker:
         on_started: StartedCallback | None = None,
         tail_s: float = 0.3,
         device_rate: int | None = None,
+        on_render: RenderTap | None = None,
     ) -> None:
         if rate <= 0 or block_ms <= 0 or prebuffer_ms < 0:
             raise BadInput("speaker rate and block_ms must be positive, prebuffer_ms >= 0")
@@ -522,6 +527,7 @@ class Speaker:
         self.block_ms = block_ms
         self.prebuffer_ms = prebuffer_ms
         self.on_started = on_started
+        self.on_render = on_render
         self.tail_s = tail_s
         self._latency = latency
         self.device_rate, self.channels = _choose_format(
@@ -705,6 +711,8 @@ class Speaker:
             elif filled == frames:
                 self._starved = False
         outdata[:] = out[:, None]
+        if self.on_render is not None:
+            self.on_render(out, t_dac)
         if started and self.on_started is not None and self._loop is not None:
             for rid, t0 in started:
                 with contextlib.suppress(RuntimeError):

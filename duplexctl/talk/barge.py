@@ -12,8 +12,10 @@ The detector sees *all* input, armed or not, so its clock stays the user timelin
 utterance already in progress when the assistant starts is not a new onset. It only
 *reports* an onset while armed (assistant audio audible or queued).
 
-Without echo cancellation, a loud speaker next to the microphone is heard as speech: use
-headphones, or raise ``--barge-threshold-db``.
+It decides on the cancelled microphone when echo cancellation runs (``--aec on``,
+``talk/echo.py``), so the assistant's own voice through a speaker is not an onset; without
+it (``--aec off``, or the ``aec`` extra missing) a loud speaker next to the microphone is
+heard as speech: use headphones, or raise ``--barge-threshold-db``.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from duplexctl.resolver import FLAGS, TALK_BLOCK_MS, Command, RunSettings, resol
 TurnMode = Literal["auto", "server_vad", "none"]
 BargeMode = Literal["client", "server", "off"]
 BARGE_MODES: Final = ("client", "server", "off")
+AEC_MODES: Final = ("on", "off")
 NO_DEVICE: Final = frozenset({"none", "null", "off"})
 # The TalkConfig fields that are resolver settings (flags when built, values used after).
 SETTING_FIELDS: Final = FLAGS[Command.TALK]
@@ -72,6 +73,8 @@ class TalkConfig:
     auto_response: bool | None = None
     barge_in: BargeMode = "client"
     barge_threshold_db: float = -40.0
+    aec: str = "on"  # echo cancellation (talk/echo.py); needs a speaker and a microphone
+    noise_suppression: bool = False
     model: str | None = None
     voice: str | None = None
     ref_audio: str | None = None
@@ -98,6 +101,8 @@ class TalkConfig:
             raise BadInput(
                 f"--barge-in must be one of {', '.join(BARGE_MODES)}, not {self.barge_in!r}"
             )
+        if self.aec not in AEC_MODES:
+            raise BadInput(f"--aec must be one of {', '.join(AEC_MODES)}, not {self.aec!r}")
         if self.duration_s is not None and not (self.duration_s > 0):
             raise BadInput(f"--duration must be positive, not {self.duration_s}")
         if self.ack_interval_ms <= 0:

@@ -56,6 +56,7 @@ class DeviceOutput:
 
         self.rate = rate
         self.speaker = Speaker(device, rate=rate, prebuffer_ms=prebuffer_ms, on_started=on_started)
+        self.device_rate = self.speaker.device_rate
         dev = self.speaker.device
         self.description = f"speaker {dev.index} {dev.name} @ {self.speaker.device_rate} Hz"
         self._live: set[str] = set()

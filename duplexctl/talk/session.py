@@ -78,6 +78,7 @@ from duplexctl.protocol.settings import SessionSettings
 from duplexctl.report.turns import BargeTimes, Delta, Figure, TurnRecord, TurnTimes, compute_turn
 from duplexctl.talk.barge import BargeInDetector, Onset
 from duplexctl.talk.config import TalkConfig
+from duplexctl.talk.echo import APM_RATES, MISSING_LINE, EchoCanceller, load_binding
 from duplexctl.talk.inputs import FileInput, InputSource, MicInput
 from duplexctl.talk.output import DeviceOutput, Output, SimulatedOutput
 from duplexctl.talk.view import View, make_view
@@ -224,6 +225,10 @@ class TalkSession:
         self.settings: SessionSettings | None = None
         self.artifacts: Any = None  # report.artifacts.RunArtifacts when --record
         self.user_wav: Any = None
+        self.mic_wav: Any = None  # the microphone before echo cancellation (--record)
+        self.echo: EchoCanceller | None = None
+        self.aec_state = "off"
+        self._echo_shown = 0.0
         self.responses: dict[str, ResponseState] = {}
         self.turns: list[TurnTimes] = []
         self.records: list[TurnRecord] = []
@@ -293,6 +298,43 @@ class TalkSession:
                 self.input = MicInput(c.input_device, settings.input_rate, c.block_ms)
             except MissingDependency as exc:
                 raise MissingDependency(f"{exc}; {WITHOUT_MICROPHONE}") from None
+        self._open_echo(settings)
+
+    def _open_echo(self, settings: SessionSettings) -> None:
+        """Echo cancellation between the speaker and the microphone (talk/echo.py), when
+        asked for and there is both; a missing binding is one line, then talk goes on."""
+        c = self.config
+        if c.aec == "off":
+            self.aec_state = "off"
+            if c.noise_suppression:
+                self.view.info("--noise-suppression runs inside echo cancellation: ignored")
+        elif not isinstance(self.output, DeviceOutput) or not isinstance(self.input, MicInput):
+            self.aec_state = "off (no speaker or no microphone: no echo to cancel)"
+        elif settings.input_rate not in APM_RATES:
+            self.aec_state = f"off (input rate {settings.input_rate} Hz; it needs {APM_RATES})"
+            self.view.info(f"echo cancellation {self.aec_state}")
+        elif (rtc := load_binding()) is None:
+            self.aec_state = "unavailable (livekit not installed)"
+            self.view.info(MISSING_LINE)
+        else:
+            self.echo = EchoCanceller(
+                rtc,
+                settings.input_rate,
+                self.output.device_rate,
+                noise_suppression=c.noise_suppression,
+            )
+            self.output.speaker.on_render = self.echo.render
+            ns = " and noise suppression" if c.noise_suppression else ""
+            self.aec_state = "on"
+            self.view.info(f"echo cancellation on (WebRTC AEC3{ns}, livekit)")
+        self.view.set_state(aec=self.aec_state)
+
+    def _show_echo(self, now: float) -> None:
+        """The screen's AEC line, twice a second: the ERLE achieved now and the delay."""
+        if self.echo is None or now - self._echo_shown < 0.5:
+            return
+        self._echo_shown = now
+        self.view.set_state(aec=self.echo.stats().describe())
 
     async def _open_connection(self, url: str) -> DuplexConnection:
         c = self.config
@@ -454,6 +496,14 @@ class TalkSession:
             self._flush_heard_all()
             self._finalize_unfinished()
             await self.output.aclose(drain=False)
+            if self.echo is not None:
+                st = self.echo.stats()
+                self.view.info(
+                    f"echo cancellation {st.describe()}; {1000 * st.cpu_s:.0f} ms CPU for "
+                    f"{self.echo.audio_s:.1f} s of microphone, capture path +"
+                    f"{st.added_ms_mean:.2f} ms (worst {st.added_ms_max:.1f} ms), "
+                    f"{self.echo.render_gaps} speaker underruns/restarts followed"
+                )
             for signum in STOP_SIGNALS:
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(signum)
@@ -576,11 +626,17 @@ class TalkSession:
             self._ptt_commits.extend(self.input.clip_ends_ms)
         async for block in self.input.blocks():
             now = time.monotonic()
+            if self.echo is not None:  # everything below hears the cleaned microphone
+                if self.mic_wav is not None:
+                    self.mic_wav.write(block.samples)
+                block = self.echo.process(block, now)
+                self._show_echo(now)
             self.view.level(_dbfs(block.samples))
             if self.user_wav is not None:
                 self.user_wav.write(block.samples)
             armed = self.config.barge_in != "off" and self.output.busy()
-            onset = detector.feed(block, armed=armed, now=now)
+            heard = block if self.echo is None else self.echo.for_barge_in or block
+            onset = detector.feed(heard, armed=armed, now=now)
             if onset is not None:
                 await self._interrupt("speech", onset)  # flushes first, then tells the server
             for ev in turn_vad.feed(block.samples):
@@ -990,7 +1046,11 @@ class TalkSession:
             conversation_rate=settings.output_rate,
         )
         self.user_wav = WavWriter(Path(out_dir) / "user.wav", settings.input_rate)
-        self.view.info(f"recording to {out_dir}/ (conversation.wav, user.wav, events.jsonl)")
+        mic = ""
+        if self.echo is not None:  # user.wav is what was sent: the cleaned microphone
+            self.mic_wav = WavWriter(Path(out_dir) / "mic.wav", settings.input_rate)
+            mic = ", mic.wav (before echo cancellation)"
+        self.view.info(f"recording to {out_dir}/ (conversation.wav, user.wav{mic}, events.jsonl)")
 
     def _report(self) -> dict[str, Any]:
         from duplexctl.report.artifacts import redact
@@ -1004,6 +1064,7 @@ class TalkSession:
             "session_id": conn.session.session_id if conn else None,
             "turn_mode": self.mode,
             "barge_in": self.config.barge_in,
+            "aec": self._echo_report(),
             "input": self.input.description if self.input else None,
             "output": self.output.description if self.output else None,
             "config": self.config.settings.echo(),  # each setting used, with its origin
@@ -1029,6 +1090,26 @@ class TalkSession:
             "measurement_origins": {"local_stop_ms": LOCAL_STOP_ORIGIN},
         }
 
+    def _echo_report(self) -> dict[str, Any]:
+        if self.echo is None:
+            return {"state": self.aec_state}
+        st = self.echo.stats()
+        return {
+            "state": self.aec_state,
+            "noise_suppression": self.echo.noise_suppression,
+            "erle_db": None if st.erle_db is None else round(st.erle_db, 1),
+            "delay_ms": round(st.delay_ms, 1),
+            "device_latency_ms": round(st.device_latency_ms, 1),
+            "audio_s": round(self.echo.audio_s, 2),
+            "render_gaps": self.echo.render_gaps,
+            "gated_frames": self.echo.gated_frames,
+            "raw_frames": self.echo.raw_frames,
+            "leaks_silenced": self.echo.leaks_silenced,
+            "cpu_s": round(st.cpu_s, 3),
+            "added_capture_ms_mean": round(st.added_ms_mean, 3),
+            "added_capture_ms_max": round(st.added_ms_max, 3),
+        }
+
     def _write_report(self) -> None:
         if self.artifacts is not None:
             with contextlib.suppress(OSError):
@@ -1041,6 +1122,8 @@ class TalkSession:
         self.artifacts.close()
         if self.user_wav is not None:
             self.user_wav.close()
+        if self.mic_wav is not None:
+            self.mic_wav.close()
         self._write_behaviour()
 
     def _write_behaviour(self) -> None:

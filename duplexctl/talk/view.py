@@ -170,7 +170,9 @@ class LiveView:
         head = Table.grid(padding=(0, 2))
         head.add_column(style="bold")
         head.add_column()
-        for key in ("state", "session", "turns", "barge-in", "connection", "input", "output"):
+        for key in (
+            "state", "session", "turns", "barge-in", "aec", "connection", "input", "output",
+        ):  # fmt: skip
             if key in self.state:
                 head.add_row(key, str(self.state[key]))
         head.add_row("mic", self._meter())
