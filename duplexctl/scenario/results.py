@@ -170,24 +170,21 @@ class ReplayReport:
                     failed.append(entry)
         return checked, failed, not_reached
 
-    def _run_expectations(self, report: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-        """The scenario's top-level ``[expect]`` against the run-wide figures."""
+    def _run_expectations(self, report: dict[str, Any]) -> list[dict[str, Any]]:
+        """The scenario's top-level ``[expect]`` against the run-wide figures: every one
+        judged, held or not (the report keeps them all, so a page shows what held too)."""
         figures = run_figures(report)
-        failed = []
-        for exp in self.run.scenario.expect:
-            actual = figures.get(exp.name)
-            if not exp.holds(actual):
-                failed.append(
-                    {
-                        "step": None,
-                        "turn": None,
-                        "name": exp.name,
-                        "expected": exp.source,
-                        "actual": actual,
-                        "ok": False,
-                    }
-                )
-        return len(self.run.scenario.expect), failed
+        return [
+            {
+                "step": None,
+                "turn": None,
+                "name": exp.name,
+                "expected": exp.source,
+                "actual": figures.get(exp.name),
+                "ok": exp.holds(figures.get(exp.name)),
+            }
+            for exp in self.run.scenario.expect
+        ]
 
     def export_full_duplex_bench(self, out_dir: Path) -> None:
         """``--out``'s conversation as Full-Duplex-Bench samples (behaviour/fdb.py)."""
@@ -269,9 +266,10 @@ class ReplayReport:
             # --pace fast sends faster than it speaks: no conversation timeline to read
             report["behaviour"] = behaviour_figures(run).to_json()
         if run.completed or not run.interrupted:
-            run_checked, run_failed = self._run_expectations(report)
-            report["expectations"]["checked"] += run_checked
-            failed += run_failed
+            judged = self._run_expectations(report)
+            report["expectations"]["checked"] += len(judged)
+            report["expectations"]["run"] = judged
+            failed += [e for e in judged if not e["ok"]]
         else:
             report["expectations"]["not_reached"] += [
                 {"step": None, "name": exp.name, "expected": exp.source}

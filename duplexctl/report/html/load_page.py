@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.report.html import charts, page
 from duplexctl.report.html import server_metrics as sm
 from duplexctl.report.load_report import tally_of
@@ -49,6 +50,15 @@ CURVE_GROUPS: Final = (
     ("Client queue", ("client_queue_ms", "ttfa_with_queue_ms", "turn_with_queue_ms")),
     ("Generator validity (the client's own pacing)", ("send_lag_ms", "loop_lag_ms")),
 )
+#: the conversation-behaviour group (docs/metrics.md "Conversation behaviour"): its own
+#: section, since these are not latencies of the server's answer but how the model converses
+BEHAVIOUR_CURVES: Final = ("stop_latency_ms", "response_gap_ms")
+#: the behaviour rates: (name, the count that is its n, what that n counts)
+BEHAVIOUR_RATES: Final = (
+    ("takeover_rate", "pause_trials", "pauses"),
+    ("no_response_rate", "turn_ends", "real turn ends"),
+    ("backchannels_per_min", "user_speech_ms", "ms of user speech"),
+)
 #: the time-slice panels: (title, fields, unit)
 SLICE_PANELS: Final = (
     ("sessions active (mean over the slice)", ("sessions_active",), "sessions"),
@@ -69,6 +79,10 @@ def build(report: Mapping[str, Any]) -> str:
             cid = f"hdr-{len(groups)}"
             specs[cid] = charts.percentile_curves(curves, title=title)
             groups.append({"id": cid, "title": title})
+    behaviour = behaviour_rows(report)
+    curves = {n: hs[n] for n in BEHAVIOUR_CURVES if hs is not None and n in hs and hs[n].count}
+    if curves:
+        specs["behaviour-hdr"] = charts.percentile_curves(curves, title="Conversation behaviour")
     slices = slice_rows(report)
     servers = server_sections(report)
     # one run's server slices are the report's slices; merged runs' each have their own clock
@@ -110,6 +124,7 @@ def build(report: Mapping[str, Any]) -> str:
         verdict=verdict,
         flags=flags,
         groups=groups,
+        behaviour=behaviour,
         figures=[(k, v) for k, v in report.get("figures", {}).items() if v.get("n")],
         slices=slices,
         servers=servers,
@@ -164,6 +179,24 @@ def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[s
         word = ("DONE", "info")
         flags.append(("no SLO given: nothing was judged (--slo EXPR)", "info"))
     return word, flags
+
+
+def behaviour_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The behaviour rates, each with its n and the trials behind it, of the report's
+    ``behaviour`` section (none when no session had a conversation timeline to read)."""
+    section = report.get("behaviour") or {}
+    if not any(section.get(n) for _rate, n, _what in BEHAVIOUR_RATES):
+        return []
+    return [
+        {
+            "name": rate,
+            "value": section.get(rate),
+            "n": section.get(n, 0),
+            "n_of": what,
+            "origin": BEHAVIOUR_ORIGINS.get(rate, ""),
+        }
+        for rate, n, what in BEHAVIOUR_RATES
+    ]
 
 
 def slice_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:

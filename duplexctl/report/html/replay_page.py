@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.errors import BadInput
 from duplexctl.report.html import charts, page
 
@@ -39,6 +40,15 @@ MARKS: Final = {
     ("note", "drop"): ("drop", USER),
     ("send", "session.resume"): ("resume sent", USER),
     ("recv", "session.resumed"): ("resumed", USER),
+}
+#: each behaviour figure's n: (the section's count, or the trials' list, and what it counts)
+BEHAVIOUR_N: Final = {
+    "takeover": ("pause_trials", "pauses"),
+    "takeover_rate": ("pause_trials", "pauses"),
+    "response_gap_ms": ("response_gaps_ms", "answered turn ends"),
+    "no_response_rate": ("turn_ends", "real turn ends"),
+    "stop_latency_ms": ("interruptions", "interruptions"),
+    "backchannels_per_min": ("user_speech_ms", "ms of user speech"),
 }
 #: the conversation is embedded as FLAC: lossless, and the long silences cost next to nothing
 AUDIO_MIME: Final = "audio/flac"
@@ -191,7 +201,38 @@ def build(run_dir: Path) -> str:
         audio=audio,
         seconds=seconds,
         mark_counts=_counts(found),
+        behaviour=behaviour_rows(report.get("behaviour") or {}),
     )
+
+
+def behaviour_rows(section: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's ``behaviour`` section as rows (figure, value, n, note, origin), in the order
+    of docs/metrics.md; a figure with no trial (no pause, no interruption) is shown as such."""
+    if not section:
+        return []
+    trials = section.get("trials") or {}
+    origins = {**BEHAVIOUR_ORIGINS, **(section.get("measurement_origins") or {})}
+    rows = []
+    for name, origin in origins.items():
+        count, of = BEHAVIOUR_N.get(name, ("", ""))
+        n = section.get(count, len(trials.get(count) or [])) if count else None
+        note = ""
+        if name == "stop_latency_ms" and trials.get("interrupt_overlap_ms"):
+            overlaps = ", ".join(f"{v:g}" for v in trials["interrupt_overlap_ms"])
+            note = f"both spoke for {overlaps} ms of it"
+        elif name not in section:
+            note = "no trial"
+        rows.append(
+            {
+                "name": name,
+                "value": section.get(name),
+                "n": n,
+                "n_of": of,
+                "note": note,
+                "origin": origin,
+            }
+        )
+    return rows
 
 
 def write(run_dir: Path) -> Path | None:
