@@ -364,14 +364,18 @@ async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path
 @pytest.mark.audio
 @pytest.mark.slow
 @pytest.mark.xfail(
-    strict=True,
+    # not strict: the stop is bimodal (~100-150 ms when the user's first word passes the gate,
+    # ~700 ms when not), so a median of 5 meets 150 ms now and then; a strict mark would turn
+    # that luck into a failed CI run. An XPASS shows in the summary; the mark goes when the
+    # median meets 150 ms run after run.
+    strict=False,
     raises=StopTargetMissed,  # only the median may miss: a trial's own assertions still fail
     reason="issue 22's 150 ms stop is not met with the echo gate (docs/metrics.md)",
 )
 async def test_stop_meets_the_issues_150_ms(tmp_path: Path, echo_path: EchoPath) -> None:
     """The issue's figure, honestly: the median stop over STOP_TRIALS trials <= 150 ms (a
     median, because one trial on a loaded 2-core machine can lose 50 ms to scheduling).
-    Expected to miss (strict: it turns into a failure the day it passes, so the mark goes).
+    Expected to miss (an XPASS is reported, not failed: see the mark).
     A trial whose own checks fail (stop_after_user_speech: e.g. the reply was already
     stopped by its echo) counts as no stop at all (inf) and is printed with its reason."""
     stops: list[float] = []
