@@ -331,10 +331,13 @@ async def stop_after_user_speech(tmp_path: Path, path: EchoPath) -> float:
     onset = conv.speech_spans()[1][0]
     x, t = conv.speaker()
     loud = np.abs(x) > LOUD
-    before = loud & (t >= onset - 0.5) & (t < onset)
+    # the reply says hello.wav back, whose "Hello there." is followed by a pause: a window
+    # shorter than that pause could fall into it and miss a reply that was going on
+    before = loud & (t >= onset - 1.0) & (t < onset)
     assert before.any(), "the assistant was not talking when the user interrupted"
     played = np.nonzero(loud & (t < onset + STOP_BOUND_MS / 1000))[0]
     stop_ms = float((t[played[-1]] - onset) * 1000.0)
+    assert stop_ms > 0, "the reply ended before the user spoke: nothing to stop"
     after = loud & (t >= onset + STOP_BOUND_MS / 1000) & (t < onset + 3.0)
     barge = conv.result.barge_ins
     echo = conv.session.echo
