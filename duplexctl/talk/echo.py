@@ -74,9 +74,20 @@ RENDER_LEAD_S: Final = 0.020
 #: back within it after the clock alignment (room, converters: 60 ms on the test path).
 #: 150 ms stopped the user 100 ms sooner but let echo-path jumps through (a false barge-in).
 FAR_WINDOW_MS: Final = 300
-#: The echo path's loss before any echo-only frame was seen: as loud as the far end (a
+#: The echo path's loss before enough echo-only frames were seen: as loud as the far end (a
 #: laptop's speaker next to its microphone is no louder at the microphone than that).
 ERL_PRIOR_DB: Final = 0.0
+#: The loss learned is this percentile of mic/far-peak over the last ``ERL_WINDOW_FRAMES``
+#: frames the canceller proved echo-only, and stands in for the prior only after
+#: ``ERL_MIN_FRAMES`` of them (a reply's leading edge fills a frame partly, reading the loss
+#: 15-20 dB low; a user's onset that AEC3 holds down reads it high for ~100 ms: a high
+#: percentile over 2 s ignores both, where a running envelope followed them).
+ERL_PERCENTILE: Final = 90.0
+ERL_WINDOW_FRAMES: Final = 200
+ERL_MIN_FRAMES: Final = 20
+#: ... recomputed every this many of them (a percentile of 200 costs ~50 us: every frame it
+#: would be half of what cancelling costs; over a 2 s window 100 ms later changes nothing).
+ERL_EVERY_FRAMES: Final = 10
 #: A frame no louder than the far end's predicted echo + this is the echo, for barge-in.
 GATE_MARGIN_DB: Final = 6.0
 #: A device stamp further than this from the sample count is a real gap, not jitter.
@@ -225,6 +236,8 @@ class EchoCanceller:
         self.device_latency_ms = 0.0
         self.render_gaps = 0  # underruns and restarts the far end was corrected for
         self.erl_db: float | None = None  # echo path: mic power / recent far-end peak, dB
+        self._erl_seen: deque[float] = deque(maxlen=ERL_WINDOW_FRAMES)  # proven-echo frames
+        self._erl_pending = 0  # of them, added since erl_db was last computed
         self.gated_frames = 0  # frames kept from the barge-in detector as echo leaks
         self.raw_frames = 0  # frames it heard from the microphone itself: louder than echo
         self.leaks_silenced = 0  # gated frames in which AEC3 had let echo through
@@ -313,19 +326,26 @@ class EchoCanceller:
         than the echo can be is the user (a classic energy double-talk detector), whom the
         barge-in detector then hears from the microphone itself. What the gate costs: a user
         speaking over the assistant no louder than its echo + 6 dB is not sent until louder,
-        which AEC3 does at such an onset anyway. The loss (ERL) is the upper envelope of
-        mic/far-peak over frames the canceller itself proved echo-only (output >= 20 dB below
-        the microphone); before the first, the echo is taken to be as loud as the far end
-        (the first reply's first moments, before AEC3 converged, made a false barge-in)."""
+        which AEC3 does at such an onset anyway. The loss (ERL) is a high percentile
+        (``ERL_PERCENTILE``) of mic/far-peak over the last 2 s of frames the canceller itself
+        proved echo-only (output >= 20 dB below the microphone); until ``ERL_MIN_FRAMES``
+        such frames were seen, the echo is taken to be as loud as the far end. A running
+        envelope did worse both ways (docs/metrics.md): the user's onset, held down by AEC3,
+        raised it until the user no longer passed (stops of ~700 ms), and the first reply's
+        leading edge, one partly filled frame, set it 18 dB too low, so the plain echo after
+        it passed as the user (a false barge-in 40 ms into the first reply, on CI)."""
         if mic_p <= 0:
             return True
         excess_db = 10.0 * math.log10(mic_p / far_p)
         if out_p * 100.0 <= mic_p:  # cancelled by >= 20 dB: this frame was echo
-            if self.erl_db is None:
-                self.erl_db = excess_db
-            else:  # the upper envelope: up fast, down slowly
-                rate = 0.2 if excess_db > self.erl_db else 0.01
-                self.erl_db += rate * (excess_db - self.erl_db)
+            self._erl_seen.append(excess_db)
+            self._erl_pending += 1
+            seen = len(self._erl_seen)
+            if seen >= ERL_MIN_FRAMES and (
+                self.erl_db is None or self._erl_pending >= ERL_EVERY_FRAMES
+            ):
+                self.erl_db = float(np.percentile(self._erl_seen, ERL_PERCENTILE))
+                self._erl_pending = 0
         erl = ERL_PRIOR_DB if self.erl_db is None else self.erl_db
         return excess_db < erl + GATE_MARGIN_DB
 
