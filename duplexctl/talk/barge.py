@@ -4,7 +4,8 @@ Why local: a server's VAD needs the audio first (one append period on the wire) 
 its own decision time (vLLM-Omni's Silero barge-in fired ~0.9 s after the interruption
 began, docs/protocol.md §6.3). A listener expects the assistant to stop within a breath, so
 ``talk`` decides on the client — the same energy detector as ``audio/vad.py``, tuned for a
-short onset (48 ms of loud audio instead of 96) — and flushes the speaker itself; the
+short onset (32 ms of loud audio instead of 96: with echo cancellation the stop after user
+speech measured 105-124 ms with it, 120-160 with 48 ms) — and flushes the speaker itself; the
 server is then told what was heard and asked to cancel (or, with ``--barge-in server``,
 left to cancel by its own VAD).
 
@@ -27,7 +28,7 @@ from duplexctl.audio.vad import StreamingVad, VadParams
 from duplexctl.talk.inputs import InputBlock
 
 BARGE_PARAMS = VadParams(
-    threshold_db=-40.0, hysteresis_db=6.0, min_speech_ms=48, silence_ms=300, prefix_padding_ms=0
+    threshold_db=-40.0, hysteresis_db=6.0, min_speech_ms=32, silence_ms=300, prefix_padding_ms=0
 )
 
 
