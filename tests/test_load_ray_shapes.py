@@ -217,7 +217,7 @@ def test_find_capacity_spreads_every_step_over_the_cluster_and_finds_the_knee(
     assert cap["rejections_began_at"] in (cap["first_fail"], 4)
     for step in cap["steps"]:
         assert len(step["nodes"]) == 2, step  # the step's actors on both nodes
-        assert sum(step["nodes"].values()) > 0
+        assert sum(step["nodes"].values()) >= step["level"]  # `level` users, split 2 ways
         if step["level"] >= 2:  # worker i of 2 gets level // 2 (+1) users
             assert all(n > 0 for n in step["nodes"].values()), step
     four = next(s for s in cap["steps"] if s["level"] == 4)
