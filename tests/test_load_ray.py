@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from test_load_lifeline import admitted, wait_for
 
 from duplexctl.load.arrivals import ArrivalProcess
 from duplexctl.load.config import LoadConfig
+from duplexctl.report.histogram import HistogramSet
+from duplexctl.report.load_report import tally_of
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -175,11 +178,15 @@ def test_a_run_spreads_over_the_nodes_and_merges_exactly(cluster: Any, tmp_path:
     turns = (out / "turns.jsonl").read_text().splitlines()
     assert len(turns) == report["turns"]["count"]
     assert {json.loads(t)["worker"] for t in turns} == {0, 1}
-    # exact merge: `duplexctl report` over the workers' own runs gives the same histograms,
-    # bucket for bucket, slice for slice
+    assert_merged_exactly(out, report)
+
+
+def assert_merged_exactly(out: Path, report: dict[str, Any]) -> None:
+    """`duplexctl report` over the workers' own runs gives the merged run's histograms,
+    bucket for bucket, slice for slice."""
+    parts = [str(out / "workers" / f"w{w['worker']}") for w in report["workers"]]
     merged = subprocess.run(
-        duplexctl_cmd("report", str(out / "workers" / "w0"), str(out / "workers" / "w1"),
-                      "--json"),
+        duplexctl_cmd("report", *parts, "--json"),
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip
     assert merged.returncode == 0, merged.stderr
@@ -187,6 +194,55 @@ def test_a_run_spreads_over_the_nodes_and_merges_exactly(cluster: Any, tmp_path:
     ours, theirs = report["recorder"]["slicer"], again["recorder"]["slicer"]
     assert ours["slices"] == theirs["slices"] and ours["phases"] == theirs["phases"]
     assert report["figures"] == again["figures"]
+
+
+def test_live_seconds_add_up_to_the_cluster_totals_and_the_merged_run(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """Each actor sends its per-second deltas with the polls; the driver's cluster seconds
+    (seconds.jsonl, the dashboard's ``second`` line) are the sums of the workers' deltas,
+    each second once and in order, and over the run they add up to the merged report
+    exactly: counts, and histograms bucket for bucket. The exact merge still holds."""
+    out = tmp_path / "seconds"
+    with serve("--max-sessions", "32", "--reply-seconds", "1") as (url, _server):
+        run = run_load(
+            cluster, SHORT, "--url", url, "--workers-per-node", "1", "--sessions", "6",
+            "--warmup", "1s", "--duration", "6s", "--slice", "2", "--out", str(out),
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"  second \d+: turns \d+ · attempts \d+", run.stdout)  # the live view
+    report = report_of(out)
+    rows = [json.loads(line) for line in (out / "seconds.jsonl").read_text().splitlines()]
+    assert [r["second"] for r in rows] == list(range(len(rows))) and len(rows) >= 7
+    whole = HistogramSet()
+    for row in rows:
+        workers = row["workers"].values()
+        assert set(row["workers"]) == {"0", "1"}, row["second"]
+        for name, n in row["counts"].items():
+            assert n == sum(w["counts"][name] for w in workers), (row["second"], name)
+        assert row["active"] == sum(w["active"] for w in workers)
+        cluster_second = HistogramSet.decode(row["histograms"])
+        for name, hist in cluster_second.items():
+            assert hist.count == sum(w["figures"].get(name, 0) for w in workers)
+        whole.merge(cluster_second)
+    total = Counter[str]()
+    for row in rows:
+        total.update(row["counts"])
+    assert total["turns"] == report["turns"]["count"] > 0
+    assert (
+        total["admitted"] + total["rejected_capacity"] + total["failed"]
+        == (report["admission"]["attempts"])
+    )
+    for w in report["workers"]:  # each worker's seconds add up to its own run
+        own = report_of(out / "workers" / f"w{w['worker']}")
+        turns = sum(r["workers"][str(w["worker"])]["counts"]["turns"] for r in rows)
+        assert turns == own["turns"]["count"] > 0
+    merged = HistogramSet()  # every phase, warm-up included: the seconds are all of the run
+    for phase in tally_of(report).slicer.phases.values():
+        merged.merge(phase)
+    for name in ("ttfa_ms", "turn_ms", "send_lag_ms"):
+        assert whole[name] == merged[name], name  # bucket for bucket
+    assert_merged_exactly(out, report)
 
 
 def test_open_loop_arrivals_are_split_by_seed(cluster: Any, tmp_path: Path) -> None:

@@ -1,20 +1,24 @@
 """The parts of ``load --ray`` that need no cluster: addresses, placement, per-node pacing
-and the per-node dashboard lines (issue 18). The heartbeat is tested on a real cluster, with
+the per-node dashboard lines and the per-second slices (issue 18). The heartbeat is tested on a real cluster, with
 the driver killed (tests/test_load_ray.py)."""
 
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.load.cluster.connect import parse_address, place
 from duplexctl.load.cluster.driver import own_pacing
+from duplexctl.load.cluster.seconds import ClusterSeconds, SecondTally
 from duplexctl.load.config import workers_for
 from duplexctl.load.dashboard import Dashboard
 from duplexctl.load.recorder import Recorder
+from duplexctl.report.histogram import HistogramSet
 from duplexctl.report.load_report import build_report
 
 
@@ -120,3 +124,51 @@ def test_partial_checkpoints_join_to_the_whole_recorder() -> None:
         assert member.last_checkpoint()["slicer"] == whole["slicer"], second
     assert rec.slicer.slice_s > 1.0  # it doubled on the way
     assert sizes[:4] == [1, 2, 2, 2], sizes  # before the doubling: the newest two at most
+
+
+def delta(second: int, turns: int, lags: list[float]) -> dict[str, object]:
+    """One worker's second as an actor cuts it (the real SecondTally)."""
+    tally = SecondTally(origin=0.0)
+    tally.second = second
+    for _ in range(turns):
+        tally.turn({"ttfa_ms": 500.0, "turn_ms": 900.0})
+    tally.session("admitted", errors=0, drops=0)
+    tally.send_lags(np.array(lags))
+    return tally.cut(active=3)
+
+
+def test_a_cluster_second_waits_for_every_running_worker_and_is_taken_once(
+    tmp_path: Path,
+) -> None:
+    seconds = ClusterSeconds(tmp_path)
+    seconds.add(0, delta(0, 2, [1.0, 2.0]))
+    assert seconds.complete([0, 1]) == []  # worker 1 has not sent second 0 yet
+    seconds.add(1, delta(0, 1, [3.0]))
+    seconds.add(1, delta(0, 5, [9.0]))  # the same second again: taken once
+    seconds.add(0, delta(1, 1, [4.0]))
+    (row,) = seconds.complete([0, 1])
+    assert row["second"] == 0 and row["counts"]["turns"] == 3 and row["active"] == 6
+    assert row["workers"]["1"]["figures"]["send_lag_ms"] == 1
+    assert HistogramSet.decode(row["histograms"])["send_lag_ms"].count == 3
+    # worker 1 finished (or was lost): it holds nobody back; what is left comes out in order
+    assert [r["second"] for r in seconds.complete([0])] == [1]
+    assert seconds.last is not None and seconds.last["second"] == 1
+    lines = (tmp_path / "seconds.jsonl").read_text().splitlines()
+    assert [json.loads(line)["second"] for line in lines] == [0, 1]
+    stream = io.StringIO()
+    Dashboard("plain", title="t", stream=stream).update({}, second=seconds.last)
+    assert "second 1: turns 1 · attempts 1 · ttfa p99 " in stream.getvalue()
+
+
+def test_a_cut_second_starts_the_next_empty() -> None:
+    tally = SecondTally(origin=100.0)
+    tally.turn({"ttfa_ms": 500.0, "turn_ms": None})
+    tally.session("refused", errors=2, drops=0)
+    first = tally.cut(active=1)
+    assert first["second"] == 0 and tally.due == 102.0
+    assert first["counts"] == {"turns": 1, "admitted": 0, "rejected_capacity": 0, "failed": 1,
+                               "errors": 2, "drops": 0}  # fmt: skip
+    assert set(HistogramSet.decode(first["histograms"]).names()) == {"ttfa_ms"}
+    second = tally.cut(active=0)
+    assert second["second"] == 1 and not any(second["counts"].values())
+    assert second["histograms"] == {}

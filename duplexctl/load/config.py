@@ -18,6 +18,7 @@ the same seed gives the same behaviour sequence.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,34 @@ def workers_for(
     if workers is not None:
         return {"workers": workers, "workers_per_node": None}
     return {"workers": 1, "workers_per_node": workers_per_node or 1}
+
+
+def split_ramp(spec: str, index: int, workers: int, *, closed_loop: bool) -> str:
+    """Worker ``index`` of ``workers``'s part of a ``--ramp``, so that the workers together
+    offer exactly the ramp asked for.
+
+    Open loop: the rate divided by ``workers`` (each worker thins the arrival process with
+    its own seed; the union is the requested process). Closed loop: the users are dealt
+    round-robin (global user ``j = k·workers + index`` is the worker's user ``k``) and user
+    ``j`` runs while ``floor(target) > j`` (:meth:`Ramp.level_at`), so the worker's target
+    is ``(target − index − 1)/workers + 1``: its ``floor`` exceeds ``k`` exactly when the
+    whole ramp's exceeds ``j``. Dividing the target instead lost users (a peak of 5 over 2
+    workers ran 2 + 2) and started them late. Where that line drops below 0 it is cut at 0
+    (a ramp's targets are >= 0), with the crossing point added so the rise keeps its time.
+    """
+    from duplexctl.load.arrivals import Ramp
+
+    points = Ramp.parse(spec).points
+    if not closed_loop:
+        mine = [(t, target / workers) for t, target in points]
+    else:
+        line = [(t, (target - index - 1) / workers + 1) for t, target in points]
+        mine = [line[0]]
+        for (t0, v0), (t1, v1) in itertools.pairwise(line):
+            if (v0 < 0) != (v1 < 0):  # crosses 0 between the two points
+                mine.append((t0 + (t1 - t0) * (0 - v0) / (v1 - v0), 0.0))
+            mine.append((t1, v1))
+    return ",".join(f"{t:.12g}s:{max(0.0, target):.12g}" for t, target in mine)
 
 
 @dataclass(slots=True)
@@ -299,10 +328,7 @@ class LoadConfig:
         if self.max_concurrency is not None:
             part.max_concurrency = max(1, split(self.max_concurrency))
         if self.ramp is not None:
-            from duplexctl.load.arrivals import Ramp
-
-            ramp = Ramp.parse(self.ramp)
-            part.ramp = ",".join(f"{t:g}s:{target / workers:g}" for t, target in ramp.points)
+            part.ramp = split_ramp(self.ramp, index, workers, closed_loop=self.rate is None)
         if self.seed is not None:
             part.seed = self.seed + 1_000_003 * index
         return part

@@ -84,6 +84,19 @@ def node_line(node: Mapping[str, Any]) -> str:
     )
 
 
+def second_line(second: Mapping[str, Any]) -> str:
+    """A ``--ray`` run's last complete second, the workers' deltas added up
+    (:mod:`duplexctl.load.cluster.seconds`)."""
+    counts = second.get("counts", {})
+    attempts = sum(counts.get(k, 0) for k in ("admitted", "rejected_capacity", "failed"))
+    return (
+        f"turns {counts.get('turns', 0)} · attempts {attempts} · ttfa p99 "
+        f"{format_value(second.get('ttfa_p99_ms'))} ms · send lag p99 "
+        f"{format_value(second.get('send_lag_p99_ms'))} ms · cpu "
+        f"{format_value(second.get('cpu_percent'))} %"
+    )
+
+
 def _failed(snap: Mapping[str, Any]) -> str:
     """Failed attempts with their causes, e.g. ``3 (refused 3)``."""
     causes = {c: n for c, n in snap.get("causes", {}).items() if c != "rejected_capacity"}
@@ -184,29 +197,38 @@ class Dashboard:
         )
 
     def update(
-        self, snap: Mapping[str, Any], *, nodes: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        snap: Mapping[str, Any],
+        *,
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+        second: Mapping[str, Any] | None = None,
     ) -> None:
         """Show ``snap`` (the totals); a ``--ray`` run adds one line per node (``nodes``:
-        :func:`node_line`'s fields, by node name)."""
+        :func:`node_line`'s fields, by node name) and its last complete second (``second``:
+        :func:`second_line`)."""
         if self.mode == "off":
             return
         if self.mode == "plain":
             now = time.monotonic()
             if now - self._last_plain >= PLAIN_EVERY_S:
                 self._last_plain = now
-                lines = [self.line(snap)] + [
-                    f"  node {name}: {node_line(n)}" for name, n in (nodes or {}).items()
-                ]
+                lines = [self.line(snap)]
+                if second is not None:
+                    lines.append(f"  second {second['second']}: {second_line(second)}")
+                lines += [f"  node {name}: {node_line(n)}" for name, n in (nodes or {}).items()]
                 server = live_line()
                 if server is not None:
                     lines.append(f"         {server}")
                 print("\n".join(lines), file=self.stream, flush=True)
             return
         if self._live is not None:
-            self._live.update(self._render(snap, nodes or {}))
+            self._live.update(self._render(snap, nodes or {}, second))
 
     def _render(
-        self, snap: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        snap: Mapping[str, Any],
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+        second: Mapping[str, Any] | None = None,
     ) -> Any:
         from rich.table import Table
 
@@ -240,6 +262,8 @@ class Dashboard:
             table.add_row("server", server.removeprefix("server: "))
         errors = snap.get("errors", {})
         table.add_row("errors", ", ".join(f"{k} {n}" for k, n in sorted(errors.items())) or "none")
+        if second is not None:
+            table.add_row(f"second {second['second']}", second_line(second))
         for name, node in (nodes or {}).items():
             table.add_row(f"node {name}", node_line(node))
         return table

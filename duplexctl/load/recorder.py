@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from duplexctl.report.slices import UNFINISHED, TimeSlicer, Windows
 from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.units import NS_PER_MS, NS_PER_S
+
+if TYPE_CHECKING:  # a --ray actor's live seconds (load/cluster/seconds.py)
+    from duplexctl.load.cluster.seconds import SecondTally
 
 #: Per-turn counts: summed over the run, not put into histograms.
 SUMMED: Final = frozenset(
@@ -76,6 +79,8 @@ class Recorder(RunTally, Sink):
         self._live_lag: deque[tuple[float, np.ndarray]] = deque()
         self._turns_file: IO[str] | None = None
         self._sessions_file: IO[str] | None = None
+        # --ray: what this recorder takes also goes into the open live second (cut_second)
+        self.seconds: SecondTally | None = None
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             suffix = "" if worker == 0 else f".w{worker}"
@@ -137,6 +142,11 @@ class Recorder(RunTally, Sink):
             self.counts["resume_failures"] += record.resume_failures
             self.resume_outcomes.update(record.resume_outcomes)
         self.errors.update(record.errors)
+        if self.seconds is not None:
+            admitted = record.admission == "admitted"
+            self.seconds.session(
+                record.admission, sum(record.errors.values()), record.drops if admitted else 0
+            )
         if record.errors:
             self._slicer.add_error(self._clip(record.t_end or t), sum(record.errors.values()))
         self.violations.update(record.violations)
@@ -172,6 +182,8 @@ class Recorder(RunTally, Sink):
         self._lag_t, self._lag_v = [], []
         values = np.array(vs, dtype=np.float64)
         self._live_lag.append((max(ts), values))
+        if self.seconds is not None:
+            self.seconds.send_lags(values)
         clipped = np.maximum(np.array(ts, dtype=np.float64), self.origin)
         self._slicer.add_figures(clipped, "send_lag_ms", values)
 
@@ -194,6 +206,8 @@ class Recorder(RunTally, Sink):
                         figures[name] + session.client_queue_ms  # type: ignore[operator]
                     )
         self._slicer.add_turn(t, figures, record.outcome)
+        if self.seconds is not None:
+            self.seconds.turn(figures)
         for a, b in zip(times.deltas, times.deltas[1:], strict=False):
             self._slicer.add_figure(t, "chunk_gap_ms", (b.recv_ns - a.recv_ns) / NS_PER_MS)
         self.outcomes[record.outcome] += 1
@@ -241,6 +255,13 @@ class Recorder(RunTally, Sink):
         self._slicer.add_figure(self._clip(t), "loop_lag_ms", lag_ms)
 
     # -- reading ---------------------------------------------------------------------------
+
+    def cut_second(self) -> dict[str, Any]:
+        """The open live second as a delta (its send lags folded in first); the next opens."""
+        assert self.seconds is not None, "no live seconds on this recorder"
+        if self._lag_t:
+            self._fold_lags()
+        return self.seconds.cut(self.active)
 
     def live(self, now: float | None = None) -> dict[str, Any]:
         """What the dashboard shows (cheap; called about once a second)."""

@@ -119,6 +119,8 @@ async def find_capacity(
                 "observed_capacity": report["admission"]["observed_capacity"],
                 "admission": report["admission"]["by_code"],
                 "slo": [r.to_dict() for r in results],
+                # --ray: where the step ran (node id → sessions started there)
+                "nodes": sessions_by_node(report["workers"]),
             }
         )
         reports[level] = report
@@ -158,6 +160,16 @@ async def find_capacity(
         ],
     }
     return report
+
+
+def sessions_by_node(workers: list[dict[str, Any]]) -> dict[str, int]:
+    """Sessions started on each node by a ``--ray`` step's workers ({} for local workers,
+    which name no node): a step's load is spread over the cluster like a whole run's."""
+    nodes: dict[str, int] = {}
+    for w in workers:
+        if w.get("node") is not None:
+            nodes[w["node"]] = nodes.get(w["node"], 0) + int(w.get("sessions_started", 0))
+    return nodes
 
 
 async def measure_slot_release(config: LoadConfig, url: str, stop: asyncio.Event) -> dict[str, Any]:

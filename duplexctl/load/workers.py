@@ -240,6 +240,7 @@ async def run_share(
     main_thread: bool = True,
     checkpoint_s: float | None = None,
     on_stopper: Callable[[Callable[[], object]], None] | None = None,
+    live_seconds: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One worker's share of the run from ``origin`` (its own monotonic clock) to the end;
     ``("live", index, snapshot)`` on ``messages`` every status interval.
@@ -248,7 +249,9 @@ async def run_share(
     signals are routed here) and a Ray actor (:mod:`duplexctl.load.cluster.actor`), which
     runs this in a thread of its own, gets a thread-safe stop function through
     ``on_stopper`` and asks for ``("checkpoint", index, encoded recorder)`` every
-    ``checkpoint_s`` (:class:`Checkpoints`) — what survives of its figures if its node dies.
+    ``checkpoint_s`` (:class:`Checkpoints`) — what survives of its figures if its node dies
+    — and, with ``live_seconds``, ``("second", index, delta)`` at every whole second from
+    ``origin`` and once more at the end (:mod:`duplexctl.load.cluster.seconds`).
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -278,9 +281,23 @@ async def run_share(
                 last_checkpoint = time.monotonic()
                 messages.put(("checkpoint", index, checkpoints.next()))
 
-    live = asyncio.create_task(report_live())
+    async def report_seconds() -> None:
+        assert rec.seconds is not None
+        while True:
+            await asyncio.sleep(max(0.0, rec.seconds.due - time.monotonic()))
+            messages.put(("second", index, rec.cut_second()))
+
+    tickers = [asyncio.create_task(report_live())]
+    if live_seconds:
+        from duplexctl.load.cluster.seconds import SecondTally
+
+        rec.seconds = SecondTally(origin)
+        tickers.append(asyncio.create_task(report_seconds()))
     try:
         recorder, info = await task
     finally:
-        live.cancel()
+        for ticker in tickers:
+            ticker.cancel()
+    if live_seconds:  # the last, partial second: the seconds add up to the whole recorder
+        messages.put(("second", index, rec.cut_second()))
     return recorder.encode(), info

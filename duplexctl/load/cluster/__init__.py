@@ -5,6 +5,8 @@
 * :mod:`~duplexctl.load.cluster.actor` — one Ray actor: the local worker's session engine
   (:func:`duplexctl.load.workers.run_share`) on its node, with a lifeline to the driver's
   heartbeat;
+* :mod:`~duplexctl.load.cluster.seconds` — live per-second slices: each actor's deltas and
+  the driver's cluster totals;
 * :mod:`~duplexctl.load.cluster.driver` — the driver's side of a run: placement, a common
   start on the driver's clock, live slices, faults, the exact merge.
 

@@ -3,8 +3,9 @@
 The actor runs :func:`duplexctl.load.workers.run_share` — the very coroutine a local
 ``--workers`` process runs, hundreds of asyncio sessions on one event loop — in a thread of
 its own (Ray's threads serve the driver's calls meanwhile). What the engine puts on its
-``messages`` queue (live snapshots, checkpoints, the final recorder) waits there until the
-driver's next :meth:`LoadWorker.poll`, which also carries the JSONL lines written since.
+``messages`` queue (live snapshots, per-second deltas — :mod:`duplexctl.load.cluster.seconds`
+— checkpoints, the final recorder) waits there until the driver's next
+:meth:`LoadWorker.poll`, which also carries the JSONL lines written since.
 
 **The driver's heartbeat.** Every :meth:`poll` (the driver polls twice a second) is a beat.
 The actor holds a :class:`~duplexctl.load.lifeline.Lifeline` whose detector is "a beat came
@@ -134,6 +135,7 @@ class LoadWorker:
                     main_thread=False,
                     checkpoint_s=checkpoint_s,
                     on_stopper=self._set_stopper,
+                    live_seconds=True,
                 )
             )
         except Exception as exc:

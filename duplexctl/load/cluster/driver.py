@@ -11,8 +11,10 @@
    slice of every worker is aligned on the driver's clock.
 3. **Watch.** The driver polls every actor every :data:`POLL_S` (that poll is the heartbeat
    the actors' lifelines wait for): live snapshots feed the dashboard (totals and one line per
-   node), checkpoints of the recorders are kept, JSONL lines are appended to ``--out``.
-   Ctrl-C is forwarded as :meth:`LoadWorker.stop`.
+   node), each actor's per-second deltas are added up into the cluster's seconds
+   (:mod:`~duplexctl.load.cluster.seconds`: the dashboard's last second, each node's CPU,
+   ``seconds.jsonl``), checkpoints of the recorders are kept, JSONL lines are appended to
+   ``--out``. Ctrl-C is forwarded as :meth:`LoadWorker.stop`.
 4. **Faults.** Every remote call is bounded (:data:`CALL_TIMEOUT_S`). An actor whose poll
    fails with a Ray error, or that has not answered for :data:`LOST_AFTER_S`, is lost: the
    run goes on, the loss is reported (node, sessions lost, when) and its last checkpoint is
@@ -34,6 +36,7 @@ from typing import Any, Final
 from duplexctl.errors import BadInput
 from duplexctl.load.cluster.actor import LoadWorker
 from duplexctl.load.cluster.connect import ACTOR_CPUS, connect, place
+from duplexctl.load.cluster.seconds import ClusterSeconds
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.dashboard import Dashboard, combine
 from duplexctl.load.interrupts import Interrupts
@@ -129,6 +132,7 @@ class ClusterRun:
         self.dash = dash
         self.ray = connect(config.ray or "auto")
         self.members: list[Member] = []
+        self.seconds = ClusterSeconds(out)
         self.origin: float | None = None
         assert config.chunk_ms is not None
         self.chunk_ms = config.chunk_ms
@@ -219,6 +223,7 @@ class ClusterRun:
             m.last_answer = time.monotonic()
             for message in messages:
                 self.dispatch(m, message)
+        self.seconds.complete(m.index for m in self.members if not m.finished)
         self.show()
 
     def dispatch(self, m: Member, message: tuple[Any, ...]) -> None:
@@ -227,6 +232,8 @@ class ClusterRun:
             m.live = message[2]
         elif kind == "cpu":
             m.cpu_percent = message[2]
+        elif kind == "second":
+            self.seconds.add(m.index, message[2])
         elif kind == "checkpoint":
             m.absorb(message[2])
         elif kind == "done":
@@ -250,6 +257,8 @@ class ClusterRun:
             self.ray.kill(m.handle, no_restart=True)
 
     def show(self) -> None:
+        last = self.seconds.last
+        cpu = {int(i): w["cpu_percent"] for i, w in (last or {}).get("workers", {}).items()}
         alive = [m for m in self.members if m.lost is None and m.live]
         nodes: dict[str, dict[str, Any]] = {}
         for node in sorted({m.node for m in alive}):
@@ -260,13 +269,14 @@ class ClusterRun:
                 "workers": len(mine),
                 "active": snap["active"],
                 "send_lag_p99_ms": lag99,
-                "cpu_percent": sum(m.cpu_percent for m in mine),
+                # over the last complete second (before the first: since the actor began)
+                "cpu_percent": sum(cpu.get(m.index, m.cpu_percent) for m in mine),
                 "pacing_ok": lag99 is None or lag99 <= self.chunk_ms,
             }
         lost = [m for m in self.members if m.lost is not None]
         for m in lost:
             nodes.setdefault(short(m.node) + " (lost)", {"lost": True, "workers": 0})
-        self.dash.update(combine(m.live for m in alive), nodes=nodes)
+        self.dash.update(combine(m.live for m in alive), nodes=nodes, second=last)
 
     async def watch(self, stop: asyncio.Event) -> None:
         """Poll until every actor has finished; forward a stop (Ctrl-C) once — without
@@ -363,6 +373,7 @@ async def in_cluster(
             raise KeyboardInterrupt
         origin = await run.start()
         await run.watch(irq.stop)
+        run.seconds.complete(())  # whatever is left of the lost or late
     finally:
         run.close()
     parts = run.infos()
