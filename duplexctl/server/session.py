@@ -91,7 +91,7 @@ class EngineSession:
             ctx, responses=self._responses, playback=self._playback, turns=turns
         )
         self._utterance = Utterance(ctx, self._conversation, self._playback)
-        overlap = Overlap(ctx, self._interruptions)
+        overlap = Overlap(ctx, self._interruptions, gpu)
         self._input = InputLane(
             ctx,
             utterance=self._utterance,
