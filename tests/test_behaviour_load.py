@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_harness import Harness, turn_config
 from load_support import duplexctl_cmd
 from test_behaviour_replay import serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
+from duplexctl.server.behaviour import Behaviour
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.model import SimulatedGpu
 
@@ -84,6 +86,30 @@ def test_a_reaction_unit_finishes_on_time_when_idle_and_late_when_the_slot_is_he
     idle, held, waited = asyncio.run(scenario())
     assert idle >= 0.5
     assert held >= 0.2 + 0.2 and waited >= 150.0  # its instant + the holder's 200 ms
+
+
+def test_a_closed_session_gives_back_the_slot_its_noticing_unit_waits_for() -> None:
+    """The unit that would stop an interrupted answer is still queued for the only batch
+    slot when the session closes: it leaves the queue at once (nothing outlives its
+    session), it does not hold a slot for a session that is gone."""
+
+    async def scenario() -> tuple[int, int]:
+        behaviour = Behaviour(stop_latency_ms=100.0)
+        h = Harness(turn_config(gpu_slots=1, unit_compute_ms=2000.0, behaviour=behaviour), None)
+        h.start()
+        gpu = h.session._overlap._gpu
+        holder = asyncio.create_task(gpu.run_unit())  # another session's unit: 2 s
+        await asyncio.sleep(0)
+        h.session._overlap.vad_barge_in(100.0, onset_ms=0.0)  # its instant has passed
+        await asyncio.sleep(0.05)
+        queued = gpu.queued
+        await h.session.close("test")
+        await asyncio.sleep(0.05)
+        holder.cancel()
+        return queued, gpu.queued
+
+    before, after = asyncio.run(scenario())
+    assert (before, after) == (1, 0)
 
 
 #: the saturation test's server: two batch slots, 300 ms per unit, 2 s units (the answer's

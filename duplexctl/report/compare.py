@@ -30,7 +30,7 @@ A run without ``behaviour.jsonl`` (an older one) simply has no behaviour rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeGuard
 
@@ -80,24 +80,30 @@ def turn_samples(run: str | Path) -> tuple[Path, dict[str, np.ndarray]]:
             f"{run}: no turns.jsonl beside the report (--compare needs the per-turn values a load --out directory keeps)"
         )
     values: dict[str, list[float]] = {f: [] for f in FIGURES}
+    for turn in _measured(path):
+        figures = turn.get("figures") or {}
+        for name in FIGURES:
+            v = (figures.get(name) or {}).get("value")
+            if _number(v):
+                values[name].append(float(v))
+    samples = {k: np.asarray(v, dtype=float) for k, v in values.items() if v}
+    samples.update(behaviour_samples(folder / "behaviour.jsonl"))
+    return path, samples
+
+
+def _measured(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON lines of a run's file after warm-up; a line that is not JSON is one clear
+    error (exit 2)."""
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                turn = json.loads(line)
+                record = json.loads(line)
             except json.JSONDecodeError:
                 raise BadInput(f"{path}:{lineno}: not a JSON line") from None
-            if not isinstance(turn, dict) or turn.get("phase") == "warmup":
-                continue
-            figures = turn.get("figures") or {}
-            for name in FIGURES:
-                v = (figures.get(name) or {}).get("value")
-                if _number(v):
-                    values[name].append(float(v))
-    samples = {k: np.asarray(v, dtype=float) for k, v in values.items() if v}
-    samples.update(behaviour_samples(folder / "behaviour.jsonl"))
-    return path, samples
+            if isinstance(record, dict) and record.get("phase") != "warmup":
+                yield record
 
 
 def _number(value: Any) -> TypeGuard[float]:
@@ -116,25 +122,16 @@ def behaviour_samples(path: Path) -> dict[str, np.ndarray]:
     times: dict[str, list[float]] = {f: [] for f in BEHAVIOUR_TIMES}
     hits = dict.fromkeys(BEHAVIOUR_RATES, 0)
     trials = dict.fromkeys(BEHAVIOUR_RATES, 0)
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                conversation = json.loads(line)
-            except json.JSONDecodeError:
-                raise BadInput(f"{path}:{lineno}: not a JSON line") from None
-            if not isinstance(conversation, dict) or conversation.get("phase") == "warmup":
-                continue
-            for name in BEHAVIOUR_TIMES:
-                values = conversation.get(name)
-                if isinstance(values, list):
-                    times[name].extend(float(v) for v in values if _number(v))
-            for name, (ones, of) in BEHAVIOUR_RATES.items():
-                k, n = conversation.get(ones), conversation.get(of)
-                if _count(k) and _count(n) and k <= n:
-                    hits[name] += k
-                    trials[name] += n
+    for conversation in _measured(path):
+        for name in BEHAVIOUR_TIMES:
+            values = conversation.get(name)
+            if isinstance(values, list):
+                times[name].extend(float(v) for v in values if _number(v))
+        for name, (ones, of) in BEHAVIOUR_RATES.items():
+            k, n = conversation.get(ones), conversation.get(of)
+            if _count(k) and _count(n) and k <= n:
+                hits[name] += k
+                trials[name] += n
     out = {k: np.asarray(v, dtype=float) for k, v in times.items() if v}
     for name, n in trials.items():
         if n:

@@ -131,6 +131,11 @@ class Overlap:
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
+    def stop_all(self) -> None:
+        """The session is over: noticing units still waiting give their slot back."""
+        for task in list(self._stopping):
+            task.cancel()
+
     def _barge_in_now(self, duration_ms: float) -> None:
         self.decide(
             "barge_in",
