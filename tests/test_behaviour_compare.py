@@ -25,9 +25,9 @@ SESSIONS = "10"  # one interruption each: p50 is compared from 10 trials
 BEHAVIOUR = ("stop_latency_ms", "response_gap_ms", "takeover_rate", "no_response_rate")
 
 
-def _load(url: str, out: Path) -> Path:
+def _load(url: str, out: Path, workers: str = "1") -> Path:
     cmd = duplexctl_cmd("load", str(RECORDINGS / "interruption.toml"), "--url", url)
-    cmd += ["--sessions", SESSIONS, "--count", SESSIONS, "--workers", "1", "--plain"]
+    cmd += ["--sessions", SESSIONS, "--count", SESSIONS, "--workers", workers, "--plain"]
     cmd += ["--out", str(out), "--prebuffer-ms", "0", "--turn-detection", "server_vad"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr + done.stdout
@@ -36,10 +36,11 @@ def _load(url: str, out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two runs against a model that stops 300 ms after an interruption, one against 600."""
+    """Two runs against a model that stops 300 ms after an interruption (the second in two
+    worker processes, whose parts are merged), one against 600."""
     tmp = tmp_path_factory.mktemp("behaviour_compare")
     with serving("--max-sessions", "16", "--behaviour", "stop-latency-ms=300") as url:
-        a1, a2 = _load(url, tmp / "a1"), _load(url, tmp / "a2")
+        a1, a2 = _load(url, tmp / "a1"), _load(url, tmp / "a2", workers="2")
     with serving("--max-sessions", "16", "--behaviour", "stop-latency-ms=600") as url:
         b = _load(url, tmp / "b")
     return {"a1": a1, "a2": a2, "b": b}
@@ -61,6 +62,18 @@ def test_load_writes_every_sessions_trials(runs: dict[str, Path]) -> None:
     # the report's histogram holds exactly the lines' trials
     report = json.loads((runs["a1"] / "report.json").read_text())
     assert report["figures"]["stop_latency_ms"]["n"] == int(SESSIONS)
+
+
+def test_worker_parts_and_merged_runs_keep_every_trial(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    two = [json.loads(x) for x in (runs["a2"] / "behaviour.jsonl").read_text().splitlines()]
+    assert len(two) == int(SESSIONS) and {line["worker"] for line in two} == {0, 1}
+    assert not list(runs["a2"].glob("behaviour.w*.jsonl"))
+    done = _report(str(runs["a1"]), str(runs["a2"]), "--out", str(tmp_path / "merged"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged = (tmp_path / "merged" / "behaviour.jsonl").read_text().splitlines()
+    assert len(merged) == 2 * int(SESSIONS)
 
 
 def test_a_a_flags_no_behaviour_figure(runs: dict[str, Path]) -> None:
