@@ -146,8 +146,9 @@ def merge_parts(
     out: Path | None,
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     """The workers' ``(encoded recorder, info)`` merged exactly into one recorder, and their
-    JSONL parts (``turns.wN.jsonl``, ``behaviour.wN.jsonl`` …, in ``out``) appended to the run's files. Local
-    processes and Ray actors (:mod:`duplexctl.load.cluster`) end here alike."""
+    JSONL parts (``turns.wN.jsonl``, ``behaviour.wN.jsonl`` …, in ``out``) appended to the
+    run's files. Local processes and Ray actors (:mod:`duplexctl.load.cluster`) end here
+    alike."""
     merged = make_recorder(config, origin=origin)
     infos = []
     for index in sorted(done):
