@@ -117,6 +117,17 @@ class Figures:
             "behaviour.mutual_silence_ms": round(self.mutual_silence_ms),
         }
 
+    def trials(self) -> dict[str, Any]:
+        """Every trial of this conversation, one ``behaviour.jsonl`` line's worth: the times
+        under their figures' names (what ``report --compare`` bootstraps) and the counts each
+        rate is taken over (a rate's trials are its count of 1s among its n)."""
+        return {
+            "stop_latency_ms": [round(s, 1) for s in self.stop_latencies_ms],
+            "response_gap_ms": [round(g, 1) for g in self.response_gaps_ms],
+            "interrupt_overlap_ms": [round(s, 1) for s in self.interrupt_overlap_ms],
+            **{k.removeprefix("behaviour."): v for k, v in self.counts().items()},
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             **self.summary(),

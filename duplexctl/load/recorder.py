@@ -6,7 +6,9 @@ workers and runs) that sessions report to as the :class:`~duplexctl.load.session
 what only a live run has:
 
 * **raw records** written as they happen to ``turns.jsonl`` / ``sessions.jsonl`` (line
-  buffered, so Ctrl-C or a crash keeps every finished turn);
+  buffered, so Ctrl-C or a crash keeps every finished turn), and each session's behaviour
+  trials to ``behaviour.jsonl`` when its conversation ends (its figures are read off the
+  whole conversation, so they exist only then, after its turns' lines were written);
 * a small **live window** (last seconds of ttfa and send lag) for the dashboard.
 
 Turn figures come from :func:`duplexctl.report.turns.compute_turn` unchanged; the recorder
@@ -81,11 +83,13 @@ class Recorder(RunTally, Sink):
         self._sessions_file: IO[str] | None = None
         # --ray: what this recorder takes also goes into the open live second (cut_second)
         self.seconds: SecondTally | None = None
+        self._behaviour_file: IO[str] | None = None
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             suffix = "" if worker == 0 else f".w{worker}"
             self._turns_file = open(out_dir / f"turns{suffix}.jsonl", "a", buffering=1)  # noqa: SIM115
             self._sessions_file = open(out_dir / f"sessions{suffix}.jsonl", "a", buffering=1)  # noqa: SIM115
+            self._behaviour_file = open(out_dir / f"behaviour{suffix}.jsonl", "a", buffering=1)  # noqa: SIM115
 
     # -- the Sink interface (called by sessions) --------------------------------------------
 
@@ -233,15 +237,23 @@ class Recorder(RunTally, Sink):
             )
             self._turns_file.write(json.dumps(line) + "\n")
 
-    def behaviour(self, t: float, figures: Figures) -> None:
+    def behaviour(self, t: float, figures: Figures, session: SessionRecord | None = None) -> None:
         """One session's conversation-behaviour figures (docs/metrics.md "Conversation
-        behaviour"): each trial's time into its histogram, the counts added up."""
+        behaviour"): each trial's time into its histogram, the counts added up, and every
+        trial as one line of ``behaviour.jsonl`` (what ``report --compare`` bootstraps)."""
         t = self._clip(t)
         for value in figures.stop_latencies_ms:
             self._slicer.add_figure(t, "stop_latency_ms", value)
         for value in figures.response_gaps_ms:
             self._slicer.add_figure(t, "response_gap_ms", value)
         self.counts.update(figures.counts())
+        if self._behaviour_file is not None:
+            line: dict[str, Any] = {"worker": self.worker}
+            if session is not None:
+                line.update(session=session.index, session_id=session.session_id)
+            line.update(t=round(t - self.origin, 6), phase=self._slicer.phase_of(t))
+            line.update(figures.trials())
+            self._behaviour_file.write(json.dumps(line) + "\n")
 
     def resumed(self, t: float, figures: dict[str, float | None]) -> None:
         """One resume's times (``resume_ms``, ``reconnect_ms``, ``resume_handshake_ms``)."""
@@ -293,10 +305,10 @@ class Recorder(RunTally, Sink):
         }
 
     def close(self) -> None:
-        for f in (self._turns_file, self._sessions_file):
+        for f in (self._turns_file, self._sessions_file, self._behaviour_file):
             if f is not None:
                 f.close()
-        self._turns_file = self._sessions_file = None
+        self._turns_file = self._sessions_file = self._behaviour_file = None
 
 
 def live_percentiles(

@@ -125,7 +125,9 @@ class Sink:
     def session_admitted(self, record: SessionRecord, capabilities: dict[str, Any]) -> None: ...
     def session_finished(self, record: SessionRecord) -> None: ...
     def resumed(self, t: float, figures: dict[str, float | None]) -> None: ...
-    def behaviour(self, t: float, figures: Figures) -> None: ...
+    def behaviour(
+        self, t: float, figures: Figures, session: SessionRecord | None = None
+    ) -> None: ...
 
 
 def mix_steps(wait: Wait, behaviour: str, interrupt: Path) -> list[Step]:
@@ -360,7 +362,7 @@ class LoadSession:
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
         rec.turns = len(runner.turns)
         if self.config.pace is Pace.REALTIME:  # fast pace has no conversation timeline
-            self.sink.behaviour(rec.t_end, behaviour_figures(runner.state))
+            self.sink.behaviour(rec.t_end, behaviour_figures(runner.state), rec)
         rec.turns_cut = runner.unreported_turns
         rec.unanswered_interruptions = runner.unanswered_interruptions
         if crash is not None:

@@ -146,8 +146,9 @@ def merge_parts(
     out: Path | None,
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     """The workers' ``(encoded recorder, info)`` merged exactly into one recorder, and their
-    JSONL parts (``turns.wN.jsonl`` …, in ``out``) appended to the run's files. Local
-    processes and Ray actors (:mod:`duplexctl.load.cluster`) end here alike."""
+    JSONL parts (``turns.wN.jsonl``, ``behaviour.wN.jsonl`` …, in ``out``) appended to the
+    run's files. Local processes and Ray actors (:mod:`duplexctl.load.cluster`) end here
+    alike."""
     merged = make_recorder(config, origin=origin)
     infos = []
     for index in sorted(done):
@@ -158,6 +159,7 @@ def merge_parts(
     if out is not None:
         merge_jsonl(sorted(out.glob("turns.w*.jsonl")), out / "turns.jsonl")
         merge_jsonl(sorted(out.glob("sessions.w*.jsonl")), out / "sessions.jsonl")
+        merge_jsonl(sorted(out.glob("behaviour.w*.jsonl")), out / "behaviour.jsonl")
     return merged, infos
 
 

@@ -17,14 +17,22 @@ fixed seed, so the same two runs always give the same verdict.
 
 Why the bootstrap and not the histograms: a percentile's sampling distribution has no
 simple closed form, and the bootstrap needs only the samples, which turns.jsonl keeps.
+
+The behaviour figures (docs/metrics.md "Conversation behaviour") come from
+``behaviour.jsonl`` (one line per session's conversation, every trial in it): the times
+``stop_latency_ms`` and ``response_gap_ms`` per trial, compared like the turns' figures, and
+the rates ``takeover_rate`` and ``no_response_rate`` as proportions (stat ``rate``): each
+trial is a 0 or a 1, the difference of the means is bootstrapped the same way, in the same
+Bonferroni family, with the same 5 % rule, and compared from as many trials as p50 (10).
+A run without ``behaviour.jsonl`` (an older one) simply has no behaviour rows.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import numpy as np
 
@@ -49,6 +57,16 @@ FIGURES: Final = (
     "resume_ms",
 )
 SEED: Final = 20
+#: behaviour times: one value per trial in behaviour.jsonl; lower is better
+BEHAVIOUR_TIMES: Final = ("stop_latency_ms", "response_gap_ms")
+#: behaviour rates: name -> (the count of 1s, the n it is over) in behaviour.jsonl; lower
+#: is better (the model took over a pause; a turn end went unanswered)
+BEHAVIOUR_RATES: Final = {
+    "takeover_rate": ("takeovers", "pause_trials"),
+    "no_response_rate": ("unanswered_turn_ends", "turn_ends"),
+}
+#: the statistic of a rate: the mean of its 0/1 trials
+RATE: Final = "rate"
 
 
 def turn_samples(run: str | Path) -> tuple[Path, dict[str, np.ndarray]]:
@@ -62,68 +80,123 @@ def turn_samples(run: str | Path) -> tuple[Path, dict[str, np.ndarray]]:
             f"{run}: no turns.jsonl beside the report (--compare needs the per-turn values a load --out directory keeps)"
         )
     values: dict[str, list[float]] = {f: [] for f in FIGURES}
+    for turn in _measured(path):
+        figures = turn.get("figures") or {}
+        for name in FIGURES:
+            v = (figures.get(name) or {}).get("value")
+            if _number(v):
+                values[name].append(float(v))
+    samples = {k: np.asarray(v, dtype=float) for k, v in values.items() if v}
+    samples.update(behaviour_samples(folder / "behaviour.jsonl"))
+    return path, samples
+
+
+def _measured(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON lines of a run's file after warm-up; a line that is not JSON is one clear
+    error (exit 2)."""
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                turn = json.loads(line)
+                record = json.loads(line)
             except json.JSONDecodeError:
                 raise BadInput(f"{path}:{lineno}: not a JSON line") from None
-            if not isinstance(turn, dict) or turn.get("phase") == "warmup":
-                continue
-            figures = turn.get("figures") or {}
-            for name in FIGURES:
-                v = (figures.get(name) or {}).get("value")
-                if isinstance(v, int | float) and not isinstance(v, bool):
-                    values[name].append(float(v))
-    return path, {k: np.asarray(v, dtype=float) for k, v in values.items() if v}
+            if isinstance(record, dict) and record.get("phase") != "warmup":
+                yield record
 
 
-def _percentiles(samples: np.ndarray, ps: Sequence[float]) -> np.ndarray:
-    """Percentiles by the nearest-rank rule (a value that occurred, as HDR reports)."""
+def _number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def behaviour_samples(path: Path) -> dict[str, np.ndarray]:
+    """Per-trial behaviour values of a run after warm-up (``behaviour.jsonl``; none when the
+    run has no such file): each time, and each rate as its trials' 0s and 1s."""
+    if not path.is_file():
+        return {}
+    times: dict[str, list[float]] = {f: [] for f in BEHAVIOUR_TIMES}
+    hits = dict.fromkeys(BEHAVIOUR_RATES, 0)
+    trials = dict.fromkeys(BEHAVIOUR_RATES, 0)
+    for conversation in _measured(path):
+        for name in BEHAVIOUR_TIMES:
+            values = conversation.get(name)
+            if isinstance(values, list):
+                times[name].extend(float(v) for v in values if _number(v))
+        for name, (ones, of) in BEHAVIOUR_RATES.items():
+            k, n = conversation.get(ones), conversation.get(of)
+            if _count(k) and _count(n) and k <= n:
+                hits[name] += k
+                trials[name] += n
+    out = {k: np.asarray(v, dtype=float) for k, v in times.items() if v}
+    for name, n in trials.items():
+        if n:
+            out[name] = np.concatenate([np.ones(hits[name]), np.zeros(n - hits[name])])
+    return out
+
+
+def _statistics(samples: np.ndarray, stats: Sequence[str]) -> np.ndarray:
+    """The statistics over the last axis, one row each: percentiles (``p50`` …) by the
+    nearest-rank rule (a value that occurred, as HDR reports), or ``rate`` (the mean of 0/1
+    trials; a figure's stats are all percentiles or the rate alone)."""
+    if list(stats) == [RATE]:
+        return np.mean(samples, axis=-1)[np.newaxis]
+    ps = [float(s.removeprefix("p")) for s in stats]
     return np.percentile(samples, ps, axis=-1, method="inverted_cdf")
 
 
+def _tail_share(stat: str) -> float:
+    """The share of a sample beyond the statistic (a rate counts as its median)."""
+    return 0.5 if stat == RATE else 1 - float(stat.removeprefix("p")) / 100
+
+
 def _bootstrap(
-    a: np.ndarray, b: np.ndarray, ps: Sequence[float], rng: np.random.Generator
+    a: np.ndarray, b: np.ndarray, stats: Sequence[str], rng: np.random.Generator
 ) -> np.ndarray:
-    """RESAMPLES × len(ps) differences B − A of the percentiles, in chunks (bounded memory)."""
-    out = np.empty((RESAMPLES, len(ps)))
+    """RESAMPLES × len(stats) differences B − A of the statistics, in chunks (bounded
+    memory)."""
+    out = np.empty((RESAMPLES, len(stats)))
     chunk = max(1, 2_000_000 // max(len(a), len(b)))
     for start in range(0, RESAMPLES, chunk):
         k = min(chunk, RESAMPLES - start)
         ra = a[rng.integers(0, len(a), size=(k, len(a)))]
         rb = b[rng.integers(0, len(b), size=(k, len(b)))]
-        out[start : start + k] = (_percentiles(rb, ps) - _percentiles(ra, ps)).T
+        out[start : start + k] = (_statistics(rb, stats) - _statistics(ra, stats)).T
     return out
+
+
+def _stats_of(name: str) -> tuple[str, ...]:
+    return (RATE,) if name in BEHAVIOUR_RATES else tuple(f"p{p:g}" for p in PERCENTILES)
 
 
 def compare(baseline: str | Path, candidate: str | Path) -> dict[str, Any]:
     """The comparison document (printed, ``--json``, and the HTML page)."""
     path_a, a = turn_samples(baseline)
     path_b, b = turn_samples(candidate)
+    names = [n for n in (*FIGURES, *BEHAVIOUR_TIMES, *BEHAVIOUR_RATES) if n in a and n in b]
     pairs = [
-        (name, p)
-        for name in FIGURES
-        if name in a and name in b
-        for p in PERCENTILES
-        if min(len(a[name]), len(b[name])) * (1 - p / 100) >= MIN_TAIL
+        (name, stat)
+        for name in names
+        for stat in _stats_of(name)
+        if min(len(a[name]), len(b[name])) * _tail_share(stat) >= MIN_TAIL
     ]
     tested = len(pairs)
     alpha = (1 - FAMILY_CONFIDENCE) / max(tested, 1)
     rng = np.random.default_rng(SEED)
     rows: list[dict[str, Any]] = []
-    for name in FIGURES:
-        if name not in a or name not in b:
-            continue
-        ps = [p for p in PERCENTILES if (name, p) in pairs]
+    for name in names:
+        stats = _stats_of(name)
+        ps = [stat for stat in stats if (name, stat) in pairs]
         diffs = _bootstrap(a[name], b[name], ps, rng) if ps else np.empty((0, 0))
-        va, vb = _percentiles(a[name], PERCENTILES), _percentiles(b[name], PERCENTILES)
-        for i, p in enumerate(PERCENTILES):
+        va, vb = _statistics(a[name], stats), _statistics(b[name], stats)
+        for i, p in enumerate(stats):
             row: dict[str, Any] = {
                 "figure": name,
-                "stat": f"p{p:g}",
+                "stat": p,
                 "baseline": float(va[i]),
                 "candidate": float(vb[i]),
                 "n_baseline": len(a[name]),
@@ -158,7 +231,8 @@ def compare(baseline: str | Path, candidate: str | Path) -> dict[str, Any]:
         "kind": KIND,
         "baseline": str(path_a.parent),
         "candidate": str(path_b.parent),
-        "method": "bootstrap of the percentile difference over turns.jsonl (docs/report.md)",
+        "method": "bootstrap of the percentile (rate) difference over turns.jsonl and "
+        "behaviour.jsonl (docs/report.md)",
         "resamples": RESAMPLES,
         "family_confidence": FAMILY_CONFIDENCE,
         "comparisons": tested,

@@ -144,7 +144,7 @@ def rerender(
     if out is not None:
         target = Path(out)
         write_outputs(target, report)
-        for name in ("turns.jsonl", "sessions.jsonl"):
+        for name in ("turns.jsonl", "sessions.jsonl", "behaviour.jsonl"):
             parts = [p.parent / name for p, _d in loaded if (p.parent / name).exists()]
             if parts:
                 _concat(parts, target / name)

@@ -12,6 +12,13 @@ load factor models batch slow-down: ``load = 1 + 0.1 × (busy − 1)`` with ``bu
 of slots in use when the unit starts (1 busy slot → ×1.0, 4 → ×1.3). When all slots are busy
 units queue, so time to first audio grows and the real-time factor (compute time per second
 of audio) crosses 1 as sessions are added — the effect a load test must be able to see.
+
+The model's reactions of ``--behaviour`` ride on the same slots (:meth:`SimulatedGpu.
+finish_by`): the first unit of an answer at ``response-gap-ms``, and the unit in which the
+model notices an interruption and stops at ``stop-latency-ms``, are each one unit timed to
+finish at the configured instant on an idle GPU. The configured value is the floor; a unit
+that waits for a slot (or is slowed by a full batch) lands that much later, so behaviour
+degrades when the server saturates, as a real model's does.
 """
 
 from __future__ import annotations
@@ -67,6 +74,21 @@ class SimulatedGpu:
         """Occupy a slot for one output unit; returns the ms spent (queueing included)."""
         waited, ms = await self.run_unit()
         return waited + ms
+
+    def asks_at(self, at: float) -> float:
+        """When a unit that must finish at monotonic ``at`` asks for its slot: one idle
+        unit's compute time before it."""
+        return at - self.unit_compute_ms / 1000.0
+
+    async def finish_by(self, at: float) -> tuple[float, float]:
+        """One unit timed to finish at monotonic ``at`` on an idle GPU: it asks for its slot
+        at :meth:`asks_at` (at once if that has passed) and, done early, waits for ``at``.
+        Returns (ms waited for the slot, ms computed), as :meth:`run_unit`; the unit ends at
+        ``at`` + its wait + its batch slow-down, never before ``at``."""
+        await asyncio.sleep(max(0.0, self.asks_at(at) - time.monotonic()))
+        waited, ms = await self.run_unit()
+        await asyncio.sleep(max(0.0, at - time.monotonic()))
+        return waited, ms
 
     async def run_unit(self) -> tuple[float, float]:
         """Occupy a slot for one output unit; returns (ms waited for the slot, ms computed)."""
@@ -195,14 +217,18 @@ class SimulatedModel:
         The first unit waits for the time to first audio and then for its GPU slot; unit k
         is due ``k × chunk period`` after the first, or later if the GPU is behind.
         ``first_audio_at`` (the ``response-gap-ms`` behaviour) replaces the time to first
-        audio with an instant of its own.
+        audio with an instant of its own, which the first unit is timed to finish by (the
+        rule of :meth:`SimulatedGpu.finish_by`: later only by its wait for a slot).
         """
         step = max(1, int(OUTPUT_RATE * self.config.chunk_ms / 1000))
         total = audio.size
         n_units = max(1, -(-total // step))
         loop_time = time.monotonic
-        due = submitted_at + self.ttfa_s() if first_audio_at is None else first_audio_at
-        await asyncio.sleep(max(0.0, due - loop_time()))
+        if first_audio_at is None:
+            asks = submitted_at + self.ttfa_s()
+        else:
+            asks = gpu.asks_at(first_audio_at)
+        await asyncio.sleep(max(0.0, asks - loop_time()))
         first_at = 0.0
         period = self.chunk_period_s()
         observer = gpu.observer
@@ -213,6 +239,8 @@ class SimulatedModel:
                 waited, _ = await gpu.run_unit()
                 queued_ms += waited
                 if index == 0:
+                    if first_audio_at is not None:  # done early: the gap is the floor
+                        await asyncio.sleep(max(0.0, first_audio_at - loop_time()))
                     first_at = loop_time()
                     if observer is not None:
                         observer.first_output(first_at - submitted_at)

@@ -91,7 +91,7 @@ class EngineSession:
             ctx, responses=self._responses, playback=self._playback, turns=turns
         )
         self._utterance = Utterance(ctx, self._conversation, self._playback)
-        overlap = Overlap(ctx, self._interruptions)
+        self._overlap = overlap = Overlap(ctx, self._interruptions, gpu)
         self._input = InputLane(
             ctx,
             utterance=self._utterance,
@@ -230,6 +230,7 @@ class EngineSession:
 
     def _stop(self) -> None:
         self._responses.stop_all()
+        self._overlap.stop_all()
         worker = self._worker
         if worker is not None and worker is not asyncio.current_task() and not worker.done():
             worker.cancel()

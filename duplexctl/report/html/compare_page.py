@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from duplexctl.report.compare import RATE
 from duplexctl.report.html import charts, page
 
 
@@ -23,6 +24,8 @@ def comparison_chart(doc: Mapping[str, Any]) -> dict[str, Any]:
     difference's interval drawn around the candidate."""
     rows = []
     for r in doc["rows"]:
+        if r["stat"] == RATE:  # a proportion has no place on the ms axis: the table has it
+            continue
         key = f"{r['figure']} {r['stat']}" + (" ⚑" if r["flagged"] else "")
         rows.append(
             {

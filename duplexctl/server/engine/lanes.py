@@ -24,6 +24,7 @@ from duplexctl.server.engine.records import Response
 from duplexctl.server.engine.responses import Responses
 from duplexctl.server.engine.turns import Turn, TurnQueue
 from duplexctl.server.engine.utterance import Utterance
+from duplexctl.server.model import SimulatedGpu
 from duplexctl.server.session_object import BARGE_IN_ON_SPEECH
 from duplexctl.server.vadgate import VadVerdict
 
@@ -41,9 +42,14 @@ def decided(stop: VadEvent) -> float:
 class Overlap:
     """``overlap.decision`` events, and the speech heard over a reply while it owns the turn."""
 
-    def __init__(self, ctx: SessionContext, interruptions: Interruptions) -> None:
+    def __init__(
+        self, ctx: SessionContext, interruptions: Interruptions, gpu: SimulatedGpu
+    ) -> None:
         self._ctx = ctx
         self._interruptions = interruptions
+        self._gpu = gpu
+        self._stopping: set[asyncio.Task[None]] = set()  # noticing units in flight
+        self._noticing: tuple[int, int] | None = None  # (epoch, turn) a unit is noticing
         self.speech_ms = 0.0
 
     def speechy(self, raw: np.ndarray, hints: dict[str, Any], verdict: VadVerdict | None) -> bool:
@@ -100,20 +106,35 @@ class Overlap:
         With the ``stop-latency-ms`` behaviour the model keeps speaking until that long
         after the onset (``onset_ms`` on the input clock) and is cut then, if the answer it
         interrupted is still running (same epoch, no answer completed since: a later answer
-        is never cut for an earlier onset)."""
+        is never cut for an earlier onset). Noticing and stopping is one unit on the
+        simulated GPU timed to finish at that instant (``SimulatedGpu.finish_by``): when the
+        batch slots are saturated it waits for one, and the model keeps speaking longer;
+        one unit per interrupted answer (the user's further onsets over it add none)."""
         ctx = self._ctx
         cut_at = ctx.behaviour.cut_at(onset_ms) if onset_ms is not None else None
-        if cut_at is not None and cut_at > time.monotonic():
-            epoch, turn_id = ctx.epoch, ctx.turn_id
-
-            def cut() -> None:
-                if not ctx.closed and ctx.epoch == epoch and ctx.turn_id == turn_id:
-                    self._barge_in_now(duration_ms)
-
-            loop = asyncio.get_running_loop()
-            loop.call_at(loop.time() + cut_at - time.monotonic(), cut)
+        gpu = self._gpu
+        if cut_at is None or (cut_at <= time.monotonic() and gpu.unit_compute_ms <= 0):
+            self._barge_in_now(duration_ms)
             return
-        self._barge_in_now(duration_ms)
+        epoch, turn_id = ctx.epoch, ctx.turn_id
+        if self._noticing == (epoch, turn_id):
+            return  # the answer is already being stopped: later onsets change nothing
+        self._noticing = (epoch, turn_id)
+
+        async def notice_and_stop() -> None:
+            await gpu.finish_by(cut_at)
+            self._noticing = None
+            if not ctx.closed and ctx.epoch == epoch and ctx.turn_id == turn_id:
+                self._barge_in_now(duration_ms)
+
+        task = asyncio.get_running_loop().create_task(notice_and_stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    def stop_all(self) -> None:
+        """The session is over: noticing units still waiting give their slot back."""
+        for task in list(self._stopping):
+            task.cancel()
 
     def _barge_in_now(self, duration_ms: float) -> None:
         self.decide(
