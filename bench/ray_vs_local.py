@@ -72,6 +72,7 @@ class TreeSampler:
         self.every_s = every_s
         self.last: dict[int, float] = {}
         self.base: dict[int, float] = {}
+        self.names: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -85,6 +86,8 @@ class TreeSampler:
             cpu = own_cpu_seconds(pid)
             if cpu is not None:
                 self.last[pid] = cpu
+                if pid not in self.names:
+                    self.names[pid] = process_kind(pid)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -104,6 +107,37 @@ class TreeSampler:
     @property
     def cpu_s(self) -> float:
         return sum(v - self.base.get(pid, 0.0) for pid, v in self.last.items())
+
+    def by_kind(self) -> dict[str, float]:
+        """CPU s per kind of process (:func:`process_kind`): where a mode's CPU goes."""
+        kinds: dict[str, float] = {}
+        for pid, v in self.last.items():
+            kind = self.names.get(pid, "?")
+            kinds[kind] = kinds.get(kind, 0.0) + v - self.base.get(pid, 0.0)
+        return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
+def process_kind(pid: int) -> str:
+    """A short name for a process of the load or the cluster: the load command itself,
+    Ray's actors by class (``ray::LoadWorker``), Ray's daemons by program name."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return "?"
+    if not argv:
+        return "?"
+    if argv[0].startswith("ray::"):
+        return argv[0].split()[0]
+    if "duplexctl" in argv and "load" in argv:
+        return "duplexctl load"
+    if "-m" in argv and "duplexctl" in " ".join(argv):
+        return "duplexctl (worker)"
+    for a in argv[:3]:
+        base = os.path.basename(a)
+        if base in ("raylet", "gcs_server", "plasma_store") or base.endswith(".py"):
+            return base
+    return os.path.basename(argv[0])
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -156,6 +190,7 @@ def one_run(
         "admitted": report["sessions"]["admitted"],
         "nodes": len({w.get("node", "local") for w in report["workers"]}),
         "load_avg": os.getloadavg()[0],
+        "by_kind": sampler.by_kind(),
     }
 
 
@@ -199,6 +234,9 @@ def main() -> int:
         cluster.shutdown()
         server.terminate()
         server.wait(30)
+    for r in rows:
+        kinds = ", ".join(f"{k} {v:.1f}" for k, v in r["by_kind"].items() if v >= 0.05)
+        print(f"{r['mode']} {r['sessions']}: CPU s by process: {kinds}")
     print("| N | mode | CPU s / session-min, per round (median) | send-lag p99 ms | start-up s |"
           " admitted | load avg |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
