@@ -39,6 +39,27 @@ def test_response_gap_is_signed_and_a_turn_end_without_answer_is_counted() -> No
     assert late.response_gaps_ms == [700.0]
 
 
+def test_a_turn_end_the_conversation_ended_right_after_is_cut_off_not_unanswered() -> None:
+    """A load session the run stopped 300 ms after the user finished was not left
+    unanswered: that turn end is no trial (counted apart); 5 s or more of conversation
+    without an answer, or the user speaking again, is an unanswered turn end."""
+    user = [S(0, 1000)]
+    cut = conversation_figures(user, [], ScriptedEvents(turn_ends=[1000.0], end_ms=1300.0))
+    assert (cut.turn_ends, cut.no_response, cut.cut_off_turn_ends) == (0, 0, 1)
+    assert "no_response_rate" not in cut.summary()
+    assert cut.counts()["behaviour.cut_off_turn_ends"] == 1
+    waited = conversation_figures(user, [], ScriptedEvents(turn_ends=[1000.0], end_ms=6000.0))
+    assert (waited.turn_ends, waited.no_response, waited.cut_off_turn_ends) == (1, 1, 0)
+    again = conversation_figures(
+        [S(0, 1000), S(2000, 2500)], [], ScriptedEvents(turn_ends=[1000.0], end_ms=2600.0)
+    )
+    assert (again.turn_ends, again.no_response) == (1, 1)  # the user went on: unanswered
+    answered = conversation_figures(
+        user, [S(1200, 1290)], ScriptedEvents(turn_ends=[1000.0], end_ms=1300.0)
+    )
+    assert answered.response_gaps_ms == [200.0]  # an answer that began still counts
+
+
 def test_stop_latency_from_the_detected_onset_to_the_end_of_the_assistant() -> None:
     user = [S(0, 1000), S(3020, 4000)]
     assistant = [S(1500, 3330)]

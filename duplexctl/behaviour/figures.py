@@ -8,6 +8,7 @@ in ms on the timeline's origin. Everything else is read off the audio.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,11 @@ BACKCHANNEL_MS: Final = 1000.0
 ONSET_MATCH_MS: Final = 150.0
 #: how far after a rough turn end (an append's send) the real end of speech may lie
 SNAP_MS: Final = 250.0
+#: A turn end unanswered when the conversation ended less than this after it is no trial
+#: (cut off, counted apart): a load session the run stopped 200 ms after the user finished
+#: was not left unanswered by the server. Longer than any answer a working server takes to
+#: begin, so a server that never answers still shows in every conversation that goes on.
+NO_RESPONSE_WAIT_MS: Final = 5000.0
 
 ORIGINS: Final[dict[str, str]] = {
     "takeover": "any pause trial in which the assistant spoke for more than 1 s (true/false)",
@@ -35,7 +41,8 @@ ORIGINS: Final[dict[str, str]] = {
     "response_gap_ms": "assistant speech start - user speech end, at a real turn end (signed: "
     "negative when the assistant started before the user finished); replay: the longest",
     "no_response_rate": "real turn ends followed by no assistant speech before the user "
-    "speaks again (or the run ends) / real turn ends",
+    "speaks again or the conversation ends / real turn ends (a turn end the conversation "
+    "ended less than 5 s after, unanswered, is no trial: cut_off_turn_ends)",
     "stop_latency_ms": "end of assistant speech - onset of the user's speech over it, as "
     "heard; replay: the longest",
     "backchannels": "assistant utterances shorter than 1 s started while the user speaks",
@@ -59,6 +66,7 @@ class ScriptedEvents:
     interruptions: Sequence[float] = ()
     interruption_ends: Sequence[float] = ()  # where the interrupting speech ends
     interruption_texts: Sequence[tuple[str, str]] = ()
+    end_ms: float = math.inf  # where the conversation ended (its timeline's length)
 
 
 @dataclass(slots=True)
@@ -70,6 +78,7 @@ class Figures:
     response_gaps_ms: list[float] = field(default_factory=list)
     turn_ends: int = 0
     no_response: int = 0
+    cut_off_turn_ends: int = 0  # unanswered, but the conversation ended too soon to tell
     stop_latencies_ms: list[float] = field(default_factory=list)
     interrupt_overlap_ms: list[float] = field(default_factory=list)
     backchannels: int = 0
@@ -110,6 +119,7 @@ class Figures:
             "behaviour.takeovers": self.takeovers,
             "behaviour.turn_ends": self.turn_ends,
             "behaviour.unanswered_turn_ends": self.no_response,
+            "behaviour.cut_off_turn_ends": self.cut_off_turn_ends,
             "behaviour.interruptions": len(self.stop_latencies_ms),
             "behaviour.backchannels": self.backchannels,
             "behaviour.user_speech_ms": round(self.user_speech_ms),
@@ -135,6 +145,7 @@ class Figures:
                 "takeovers": self.takeovers,
                 "response_gaps_ms": [round(g, 1) for g in self.response_gaps_ms],
                 "no_response": self.no_response,
+                "cut_off_turn_ends": self.cut_off_turn_ends,
                 "stop_latencies_ms": [round(s, 1) for s in self.stop_latencies_ms],
                 "interrupt_overlap_ms": [round(s, 1) for s in self.interrupt_overlap_ms],
             },
@@ -182,10 +193,13 @@ def conversation_figures(
         if any(p0 <= a.start_ms <= p1 and a.duration_ms > TAKEOVER_MS for a in assistant):
             f.takeovers += 1
     for end in events.turn_ends:
-        f.turn_ends += 1
         later_user = [u.start_ms for u in user if u.start_ms > end + ONSET_MATCH_MS]
-        horizon = min(later_user) if later_user else float("inf")
+        horizon = min(later_user) if later_user else math.inf
         starts = [a.start_ms for a in assistant if a.end_ms > end and a.start_ms < horizon]
+        if not starts and not later_user and events.end_ms - end < NO_RESPONSE_WAIT_MS:
+            f.cut_off_turn_ends += 1  # no trial: the conversation ended before an answer
+            continue
+        f.turn_ends += 1
         if not starts:
             f.no_response += 1
             continue
@@ -248,4 +262,5 @@ def recorded_figures(conversation_wav: Path, approximate_turn_ends: Sequence[flo
     for rough in approximate_turn_ends:
         near = [u.end_ms for u in user if rough - ONSET_MATCH_MS <= u.end_ms <= rough + SNAP_MS]
         ends.append(min(near, key=lambda e: abs(e - rough)) if near else rough)
-    return conversation_figures(user, assistant, ScriptedEvents(turn_ends=ends))
+    length_ms = 1000.0 * data.shape[0] / rate
+    return conversation_figures(user, assistant, ScriptedEvents(turn_ends=ends, end_ms=length_ms))

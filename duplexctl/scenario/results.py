@@ -13,6 +13,7 @@ listed as ``not_reached``, never as failures (issue 17.6).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,9 +123,8 @@ def behaviour_figures(run: RunState) -> Figures:
     placed on it (docs/metrics.md "Conversation behaviour")."""
     timeline = run.timeline
     assert timeline is not None
-    return conversation_figures(
-        timeline.segments(USER), timeline.segments(ASSISTANT), events=scripted_events(run)
-    )
+    events = dataclasses.replace(scripted_events(run), end_ms=timeline.length_ms())
+    return conversation_figures(timeline.segments(USER), timeline.segments(ASSISTANT), events)
 
 
 class ReplayReport:
