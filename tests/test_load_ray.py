@@ -46,7 +46,10 @@ FREED_WITHIN_S = 40.0
 def cluster() -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
+    client_port = free_port()  # the head also serves Ray Client (--ray ray://…)
+    head = {**NODE_ARGS, "include_dashboard": False, "ray_client_server_port": client_port}
+    c = Cluster(initialize_head=True, head_node_args=head)
+    c.client_port = client_port
     try:
         c.add_node(**NODE_ARGS)
         c.wait_for_nodes()
@@ -194,6 +197,27 @@ def assert_merged_exactly(out: Path, report: dict[str, Any]) -> None:
     ours, theirs = report["recorder"]["slicer"], again["recorder"]["slicer"]
     assert ours["slices"] == theirs["slices"] and ours["phases"] == theirs["phases"]
     assert report["figures"] == again["figures"]
+
+
+def test_ray_client_address_runs_the_workers_on_the_cluster(cluster: Any, tmp_path: Path) -> None:
+    """``--ray ray://HOST:PORT`` (Ray Client: the driver outside the cluster) works with the
+    ``ray`` extra alone: the run's actors land on both nodes and every session is closed.
+    Without grpcio (Ray's ``client`` extra) ``ray.init('ray://…')`` refused to start."""
+    out = tmp_path / "client"
+    with serve("--max-sessions", "4", *GRACE_ARGS) as (url, _server):
+        proc = subprocess.run(
+            duplexctl_cmd("load", HELLO, "--ray", f"ray://127.0.0.1:{cluster.client_port}",
+                          "--plain", "--url", url, "--workers-per-node", "1", "--sessions", "4",
+                          "--duration", "6s", "--out", str(out)),
+            capture_output=True, text=True, timeout=180, cwd=ROOT,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        # every slot free again: closed with session.close, not dropped (grace 120 s)
+        assert wait_for(lambda: asyncio.run(admitted(url, 4)) == 4, 20.0, every_s=0.5)
+    report = report_of(out)
+    nodes = {w["node"] for w in report["workers"]}
+    assert len(nodes) == 2 and all(w["sessions_started"] > 0 for w in report["workers"])
+    assert report["sessions"]["admitted"] >= 4 and report["turns"]["count"] > 0
 
 
 def test_live_seconds_add_up_to_the_cluster_totals_and_the_merged_run(
