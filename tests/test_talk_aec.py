@@ -411,6 +411,27 @@ async def test_missing_binding_is_one_line_and_talk_goes_on(
 # --- the canceller on its own, and the options --------------------------------------------
 
 
+BLOCK = 320  # talk's 20 ms microphone blocks at 16 kHz
+
+
+def cancel_offline(
+    echo: EchoCanceller, near: np.ndarray, far24: np.ndarray, *, arrives_s: float = 0.0
+) -> Iterator[tuple[float, InputBlock]]:
+    """A synthetic laptop's clocks: the speaker hands its 20 ms blocks (24 kHz) 60 ms before
+    their DAC time; far block k's DAC time is microphone block k's ADC time ``t``; each
+    microphone block is processed ``arrives_s`` after it. Yields (``t``, cleaned block);
+    ``echo.for_barge_in`` is that block's detector input."""
+    ahead = 3
+    for j in range(ahead):
+        echo.render(far24[j * 480 : (j + 1) * 480], 100.0 + j * 0.02)
+    for k in range(near.size // BLOCK):
+        j = k + ahead
+        echo.render(far24[j * 480 : (j + 1) * 480], 100.0 + j * 0.02)
+        t = 100.0 + k * 0.02
+        mic = InputBlock(near[k * BLOCK : (k + 1) * BLOCK], k * 20.0, t)
+        yield t, echo.process(mic, t + arrives_s)
+
+
 def test_canceller_removes_a_delayed_echo_and_takes_its_delay_from_the_clocks() -> None:
     """Synthetic laptop: the far end (24 kHz, as the speaker plays it) comes back 60 ms later
     at -10 dB. ERLE after 3 s >= 25 dB; the far end is fed by the clocks: the stream delay
@@ -426,18 +447,10 @@ def test_canceller_removes_a_delayed_echo_and_takes_its_delay_from_the_clocks() 
     near = np.zeros_like(far16)
     near[delay:] = far16[:-delay] * 10 ** (-10 / 20)
     echo = EchoCanceller(rtc, RATE, 24000)
-    block, out = 320, []
-    ahead = 3  # the speaker hands its blocks 60 ms before their DAC time
-    for k in range(ahead):
-        echo.render(far24[k * 480 : (k + 1) * 480], 100.0 + k * 0.02)
-    for k in range(near.size // block):
-        t = 100.0 + k * 0.02  # DAC time of far block k = ADC time of mic block k
-        # the mic block arrives 40 ms after its ADC time (clocks as PortAudio reports them)
-        j = k + ahead
-        echo.render(far24[j * 480 : (j + 1) * 480], 100.0 + j * 0.02)
-        now = t + 0.040
-        cleaned = echo.process(InputBlock(near[k * block : (k + 1) * block], k * 20.0, t), now)
-        assert cleaned.start_ms == k * 20.0 and cleaned.samples.size == block
+    out = []
+    # the mic block arrives 40 ms after its ADC time (clocks as PortAudio reports them)
+    for k, (t, cleaned) in enumerate(cancel_offline(echo, near, far24, arrives_s=0.040)):
+        assert cleaned.start_ms == k * 20.0 and cleaned.samples.size == BLOCK
         # its content left the microphone the module's delay earlier than the raw block's
         assert cleaned.t_capture == pytest.approx(t - echo.module_delay_s)
         out.append(cleaned.samples)
@@ -503,14 +516,9 @@ def test_barge_in_hears_the_user_at_once_and_never_the_echo_leaks() -> None:
     said = user[: near.size - talk_at]
     near[talk_at : talk_at + said.size] += said * 0.7
     echo = EchoCanceller(rtc, RATE, 24000)
-    block, cleaned, heard = 320, [], []
-    for j in range(3):
-        echo.render(far24[j * 480 : (j + 1) * 480], 100.0 + j * 0.02)
-    for k in range(near.size // block):
-        j = k + 3
-        echo.render(far24[j * 480 : (j + 1) * 480], 100.0 + j * 0.02)
-        t = 100.0 + k * 0.02
-        cleaned.append(echo.process(InputBlock(near[k * block : (k + 1) * block], k * 20.0, t), t))
+    cleaned, heard = [], []
+    for _, block in cancel_offline(echo, near, far24):
+        cleaned.append(block)
         assert echo.for_barge_in is not None
         heard.append(echo.for_barge_in.samples)
     y, h = np.concatenate([b.samples for b in cleaned]), np.concatenate(heard)
@@ -554,14 +562,8 @@ def test_the_first_replys_leading_edge_is_not_the_user() -> None:
     near = np.zeros_like(far16)
     near[delay:] = far16[:-delay] * 10 ** (-10 / 20)
     echo = EchoCanceller(rtc, RATE, 24000)
-    block, loud_frames = 320, 0
-    for j in range(3):
-        echo.render(far24[j * 480 : (j + 1) * 480], 100.0 + j * 0.02)
-    for k in range(near.size // block):
-        j = k + 3
-        echo.render(far24[j * 480 : (j + 1) * 480], 100.0 + j * 0.02)
-        t = 100.0 + k * 0.02
-        echo.process(InputBlock(near[k * block : (k + 1) * block], k * 20.0, t), t)
+    loud_frames = 0
+    for _ in cancel_offline(echo, near, far24):
         assert echo.for_barge_in is not None
         h = echo.for_barge_in.samples.reshape(-1, FRAME)
         loud_frames += int(np.sum(np.mean(np.square(h, dtype=np.float64), axis=1) > 1e-4))
