@@ -236,17 +236,24 @@ def test_find_capacity_finds_the_gpu_knee() -> None:
     the exact crossing noisy), and the first failure is above it.
     """
     n_star = (720 + 200 + 300 + 100 + 1000) / (5 * 100)
-    result = run_load(
-        config(
-            find_capacity=True,
-            step_duration_s=8.0,
-            max_level=12,
-            slos=["ttfa_commit_p95<=700ms"],
-            server={"max_sessions": 64, "gpu_slots": 1, "unit_compute_ms": 100.0,
-                    "disconnect_grace_s": 2.0},
-        )
-    )  # fmt: skip
-    cap = result.report["capacity_search"]
+    for attempt in range(2):
+        result = run_load(
+            config(
+                find_capacity=True,
+                step_duration_s=8.0,
+                max_level=12,
+                slos=["ttfa_commit_p95<=700ms"],
+                server={"max_sessions": 64, "gpu_slots": 1, "unit_compute_ms": 100.0,
+                        "disconnect_grace_s": 2.0},
+            )
+        )  # fmt: skip
+        cap = result.report["capacity_search"]
+        # a step whose client could not keep real time measured nothing of the server (seen
+        # once on CI, at 4 sessions, its SLO passing): the search rightly stops there, and
+        # this test then learns nothing about the GPU knee; one more search, and no more
+        if not str(cap["fail_reason"]).startswith("invalid_pacing") or attempt == 1:
+            break
+        print(f"\nsearch {attempt} stopped on invalid pacing: {cap['steps']}")
     assert cap["largest_pass"] is not None and result.exit_code == 0
     assert 0.6 * n_star <= cap["largest_pass"] <= 1.5 * n_star, cap["steps"]
     assert cap["first_fail"] is not None and cap["first_fail"] > cap["largest_pass"]
