@@ -3,7 +3,8 @@
 ``ray.init`` on an address where no cluster answers does not fail: it retries for minutes,
 printing warnings. A load run must say in one line that the cluster is not there (exit 3,
 like an unreachable server), so the address is first checked with a plain TCP connection
-(:data:`PROBE_TIMEOUT_S`) and ``ray.init`` itself runs under :data:`CONNECT_TIMEOUT_S`.
+(:data:`PROBE_TIMEOUT_S`) and ``ray.init`` itself runs under a bound that suits the address:
+:data:`GCS_JOIN_TIMEOUT_S` for a head's GCS port, :data:`CLIENT_JOIN_TIMEOUT_S` for Ray Client.
 
 Addresses: ``auto`` (``RAY_ADDRESS``, else the cluster ``ray start`` made on this host, which
 Ray records in ``/tmp/ray/ray_current_cluster``), ``HOST:PORT`` (the head's GCS port, 6379
@@ -25,7 +26,14 @@ from duplexctl.load.config import LoadConfig
 
 EXTRA: Final = "pip install 'duplexctl[ray]'"
 PROBE_TIMEOUT_S: Final = 5.0
-CONNECT_TIMEOUT_S: Final = 30.0
+#: Joining through the GCS port: the cluster's processes already run, so a healthy cluster
+#: answers within seconds; beyond this, what accepts connections is not (yet) a cluster.
+GCS_JOIN_TIMEOUT_S: Final = 30.0
+#: Joining through Ray Client: the head starts a server process for each driver (importing
+#: Ray, joining the cluster) and Ray allows it 30 s to come up, then its client retries
+#: 5 + 10 + 15 s. On a busy head this took more than 30 s (a CI run failed on it), so the
+#: bound is Ray's own budget with margin, not a shorter one of ours.
+CLIENT_JOIN_TIMEOUT_S: Final = 90.0
 #: Where ``ray start --head`` records the address of the cluster it started on this host.
 CURRENT_CLUSTER: Final = Path("/tmp/ray/ray_current_cluster")
 #: CPUs each worker actor reserves: one event loop per actor, so one core's worth.
@@ -48,6 +56,11 @@ class Address:
     init: str
     host: str
     port: int
+
+    @property
+    def join_timeout_s(self) -> float:
+        """How long ``ray.init`` may take before the address is reported as no cluster."""
+        return CLIENT_JOIN_TIMEOUT_S if self.init.startswith("ray://") else GCS_JOIN_TIMEOUT_S
 
 
 def parse_address(text: str, *, env: dict[str, str] | None = None) -> Address:
@@ -119,7 +132,7 @@ def connect(text: str) -> ModuleType:
     try:
         thread = threading.Thread(target=init, name="ray-init", daemon=True)
         thread.start()
-        thread.join(CONNECT_TIMEOUT_S)
+        thread.join(address.join_timeout_s)
     finally:
         os.dup2(saved, 2)
         os.close(saved)
@@ -127,7 +140,7 @@ def connect(text: str) -> ModuleType:
     if not outcome:
         raise ServerUnreachable(
             f"--ray {text}: {address.host}:{address.port} accepts connections but no Ray "
-            f"cluster answered within {CONNECT_TIMEOUT_S:g} s"
+            f"cluster answered within {address.join_timeout_s:g} s"
         )
     if outcome[0] is not None:
         first = str(outcome[0]).strip().splitlines()
