@@ -58,6 +58,16 @@ def cluster() -> Iterator[Any]:
         c.shutdown()
 
 
+def client_server_logs(cluster: Any, tail: int = 1500) -> str:
+    """The end of each of the head's Ray Client server logs (the proxy and the server it
+    starts per driver): what a failed ``ray://`` join leaves to read."""
+    logs = Path(cluster.head_node.get_logs_dir_path())
+    return "".join(
+        f"\n--- {path.name}:\n{path.read_text(errors='replace')[-tail:]}"
+        for path in sorted(logs.glob("ray_client_server*"))
+    )
+
+
 def load_cmd(cluster: Any, *args: str) -> list[str]:
     return duplexctl_cmd("load", "--ray", cluster.address, "--plain", *args)
 
@@ -211,7 +221,7 @@ def test_ray_client_address_runs_the_workers_on_the_cluster(cluster: Any, tmp_pa
                           "--duration", "6s", "--out", str(out)),
             capture_output=True, text=True, timeout=180, cwd=ROOT,
         )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.returncode == 0, proc.stderr[-2000:] + client_server_logs(cluster)
         # every slot free again: closed with session.close, not dropped (grace 120 s)
         assert wait_for(lambda: asyncio.run(admitted(url, 4)) == 4, 20.0, every_s=0.5)
     report = report_of(out)
