@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from load_support import ROOT
 
 from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.load.cluster.connect import parse_address, place
@@ -179,3 +184,25 @@ def test_a_cut_second_starts_the_next_empty() -> None:
     second = tally.cut(active=0)
     assert second["second"] == 1 and not any(second["counts"].values())
     assert second["histograms"] == {}
+
+
+PRIORITY = "from duplexctl.load.cluster.actor import normal_priority; print(normal_priority())"
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv"
+)
+def test_an_actor_without_the_right_to_renice_keeps_rays_niceness_and_says_so() -> None:
+    """Ray starts workers at niceness 15; an actor goes back to 0 where it may (root, or
+    ``CAP_SYS_NICE``) and otherwise runs on at 15, without an error: the value it returns
+    is what the report's worker entry shows. Run as ``nobody`` for the second case."""
+    here = [sys.executable, "-c", PRIORITY]
+    as_root = subprocess.run(["nice", "-n", "15", *here], capture_output=True, text=True)
+    assert (as_root.returncode, as_root.stdout.strip()) == (0, "0"), as_root.stderr
+    nobody = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
+    if subprocess.run([*nobody, sys.executable, "-c", "import duplexctl"], cwd=ROOT).returncode:
+        pytest.skip("user nobody cannot read this checkout or its interpreter")
+    as_nobody = subprocess.run(
+        ["nice", "-n", "15", *nobody, *here], capture_output=True, text=True, cwd=ROOT
+    )
+    assert (as_nobody.returncode, as_nobody.stdout.strip()) == (0, "15"), as_nobody.stderr
