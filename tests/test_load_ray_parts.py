@@ -38,8 +38,8 @@ def test_addresses() -> None:
 
 
 def test_ray_client_may_take_as_long_to_join_as_ray_itself_allows() -> None:
-    """Ray Client's head starts a server process per driver (Ray allows it 30 s, then its
-    client retries 5 + 10 + 15 s); a CI run on a busy machine failed at a 30 s bound."""
+    """Ray Client's head starts a server process per driver and waits for it (then up to
+    30 s for its channel); a CI run on a busy machine failed at a 30 s bound."""
     assert parse_address("ray://head").join_timeout_s >= 60
     assert parse_address("head:6379").join_timeout_s < parse_address("ray://head").join_timeout_s
 

@@ -29,10 +29,10 @@ PROBE_TIMEOUT_S: Final = 5.0
 #: Joining through the GCS port: the cluster's processes already run, so a healthy cluster
 #: answers within seconds; beyond this, what accepts connections is not (yet) a cluster.
 GCS_JOIN_TIMEOUT_S: Final = 30.0
-#: Joining through Ray Client: the head starts a server process for each driver (importing
-#: Ray, joining the cluster) and Ray allows it 30 s to come up, then its client retries
-#: 5 + 10 + 15 s. On a busy head this took more than 30 s (a CI run failed on it), so the
-#: bound is Ray's own budget with margin, not a shorter one of ours.
+#: Joining through Ray Client: the head's proxy starts a server process for each driver
+#: (importing Ray, joining the cluster) and waits for it, then up to 30 s more for its
+#: channel, while the client's first call waits on the proxy. On a busy head this took
+#: more than 30 s (a CI run failed on it), so the bound leaves Ray's own waits room.
 CLIENT_JOIN_TIMEOUT_S: Final = 90.0
 #: Where ``ray start --head`` records the address of the cluster it started on this host.
 CURRENT_CLUSTER: Final = Path("/tmp/ray/ray_current_cluster")
