@@ -172,6 +172,7 @@ class EchoStats:
     """What the screen shows: ``erle_db`` None until the far end has been audible."""
 
     erle_db: float | None
+    #: the stream delay told to the module: the median over the last ERLE_WINDOW_S of frames
     delay_ms: float
     device_latency_ms: float
     frames: int
@@ -232,7 +233,14 @@ class EchoCanceller:
         self._window: deque[tuple[float, float]] = deque(
             maxlen=int(ERLE_WINDOW_S * 1000 / FRAME_MS)
         )
-        self.delay_ms = 0.0
+        self.delay_ms = 0.0  # the stream delay told to the module for the last frame
+        #: what it was told over the last ERLE_WINDOW_S: the screen and the report show
+        #: their median, as one frame's figure moves with the speaker's block boundaries
+        self._delays: deque[float] = deque(maxlen=int(ERLE_WINDOW_S * 1000 / FRAME_MS))
+        #: frames whose newest far end fed started before the frame itself: the speaker's
+        #: block came later than the microphone's (a loaded machine, now and then), so the
+        #: stream delay was the module's least, 0, for it
+        self.far_late_frames = 0
         self.device_latency_ms = 0.0
         self.render_gaps = 0  # underruns and restarts the far end was corrected for
         self.erl_db: float | None = None  # echo path: mic power / recent far-end peak, dB
@@ -372,6 +380,8 @@ class EchoCanceller:
             delay = self._analyse_far_end(t_frame)
             if delay is not None:
                 self.delay_ms = max(0.0, 1000.0 * delay)
+                self.far_late_frames += int(delay <= 0.0)
+            self._delays.append(self.delay_ms)
             far = max(self._far_recent, default=0.0)
             chunk = data[k * self.frame : (k + 1) * self.frame]
             frame = self.rtc.AudioFrame(_to_int16(chunk), self.rate, 1, self.frame)
@@ -419,7 +429,7 @@ class EchoCanceller:
         mean = 1000.0 * self.wall_s / self.blocks if self.blocks else 0.0
         return EchoStats(
             self.erle_db,
-            self.delay_ms,
+            float(np.median(self._delays)) if self._delays else self.delay_ms,
             self.device_latency_ms,
             self.frames,
             self.cpu_s,

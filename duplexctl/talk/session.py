@@ -502,7 +502,8 @@ class TalkSession:
                     f"echo cancellation {st.describe()}; {1000 * st.cpu_s:.0f} ms CPU for "
                     f"{self.echo.audio_s:.1f} s of microphone, capture path +"
                     f"{st.added_ms_mean:.2f} ms (worst {st.added_ms_max:.1f} ms), "
-                    f"{self.echo.render_gaps} speaker underruns/restarts followed"
+                    f"{self.echo.render_gaps} speaker underruns/restarts followed, "
+                    f"far end late on {self.echo.far_late_frames} of {st.frames} frames"
                 )
             for signum in STOP_SIGNALS:
                 with contextlib.suppress(Exception):
@@ -1102,6 +1103,7 @@ class TalkSession:
             "device_latency_ms": round(st.device_latency_ms, 1),
             "audio_s": round(self.echo.audio_s, 2),
             "render_gaps": self.echo.render_gaps,
+            "far_late_frames": self.echo.far_late_frames,
             "gated_frames": self.echo.gated_frames,
             "raw_frames": self.echo.raw_frames,
             "leaks_silenced": self.echo.leaks_silenced,
