@@ -194,6 +194,41 @@ def one_run(
     }
 
 
+class IdleActor:
+    """An actor placed as ``load --ray`` places its workers, that does nothing."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def idle_actors_cpu(address: str, server: int, seconds: float = 30.0) -> float:
+    """CPU per second of one idle actor (two, one per node, as the runs use): what Ray's
+    worker process costs by itself (its core worker's threads), whatever the actor does."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=1, max_concurrency=4)(IdleActor)
+        actors = [
+            remote.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote()
+            for n in ray.nodes()
+            if n["Alive"]
+        ]
+        ray.get([a.ready.remote() for a in actors])
+        time.sleep(2)
+        with TreeSampler({server}) as sampler:
+            time.sleep(seconds)
+        cpu = sum(v for k, v in sampler.by_kind().items() if k.startswith("ray::IdleActor"))
+        for a in actors:
+            ray.kill(a)
+        return cpu / seconds / len(actors)
+    finally:
+        ray.shutdown()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, nargs="+", default=[100, 200])
@@ -230,10 +265,15 @@ def main() -> int:
                     rows.append(
                         one_run(mode, n, args.duration, url, server.pid, extra, idle_cpu_per_s)
                     )
+        idle_actor_cpu_per_s = idle_actors_cpu(cluster.address, server.pid)
     finally:
         cluster.shutdown()
         server.terminate()
         server.wait(30)
+    print(
+        f"idle actors: {idle_actor_cpu_per_s * 100:.1f} % of a core each "
+        f"({idle_actor_cpu_per_s * 60:.2f} CPU s per minute: Ray's own cost of a worker)"
+    )
     for r in rows:
         kinds = ", ".join(f"{k} {v:.1f}" for k, v in r["by_kind"].items() if v >= 0.05)
         print(f"{r['mode']} {r['sessions']}: CPU s by process: {kinds}")
