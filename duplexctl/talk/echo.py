@@ -95,6 +95,7 @@ JUMP_S: Final = 0.030
 #: AEC3 output above this (-50 dBFS) in a frame the echo explains is a leak.
 LEAK_POWER: Final = 1e-5
 ERLE_WINDOW_S: Final = 2.0
+ERLE_WINDOW_FRAMES: Final = int(ERLE_WINDOW_S * 1000 / FRAME_MS)
 _INT16: Final = 32767.0
 
 
@@ -230,13 +231,11 @@ class EchoCanceller:
         self._near_rest = np.zeros(0, dtype=np.float32)
         self._near_rest_t: float | None = None
         self._out_ms: float | None = None  # user-timeline position of the next output
-        self._window: deque[tuple[float, float]] = deque(
-            maxlen=int(ERLE_WINDOW_S * 1000 / FRAME_MS)
-        )
+        self._window: deque[tuple[float, float]] = deque(maxlen=ERLE_WINDOW_FRAMES)
         self.delay_ms = 0.0  # the stream delay told to the module for the last frame
         #: what it was told over the last ERLE_WINDOW_S: the screen and the report show
         #: their median, as one frame's figure moves with the speaker's block boundaries
-        self._delays: deque[float] = deque(maxlen=int(ERLE_WINDOW_S * 1000 / FRAME_MS))
+        self._delays: deque[float] = deque(maxlen=ERLE_WINDOW_FRAMES)
         #: frames whose newest far end fed started before the frame itself: the speaker's
         #: block came later than the microphone's (a loaded machine, now and then), so the
         #: stream delay was the module's least, 0, for it
