@@ -207,9 +207,11 @@ def idle_actors_cpu(address: str, server: int, seconds: float = 30.0) -> float:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from duplexctl.load.cluster.connect import ACTOR_CONCURRENCY, ACTOR_CPUS
+
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:
-        remote = ray.remote(num_cpus=1, max_concurrency=4)(IdleActor)
+        remote = ray.remote(num_cpus=ACTOR_CPUS, max_concurrency=ACTOR_CONCURRENCY)(IdleActor)
         actors = [
             remote.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)

@@ -38,6 +38,9 @@ CLIENT_JOIN_TIMEOUT_S: Final = 90.0
 CURRENT_CLUSTER: Final = Path("/tmp/ray/ray_current_cluster")
 #: CPUs each worker actor reserves: one event loop per actor, so one core's worth.
 ACTOR_CPUS: Final = 1.0
+#: Calls one actor serves at once (Ray's thread pool for it), so a poll is not queued
+#: behind another call.
+ACTOR_CONCURRENCY: Final = 4
 
 
 def import_ray() -> ModuleType:

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from duplexctl.errors import BadInput
 from duplexctl.load.cluster.actor import LoadWorker
-from duplexctl.load.cluster.connect import ACTOR_CPUS, connect, place
+from duplexctl.load.cluster.connect import ACTOR_CONCURRENCY, ACTOR_CPUS, connect, place
 from duplexctl.load.cluster.seconds import ClusterSeconds
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.dashboard import Dashboard, combine
@@ -146,7 +146,7 @@ class ClusterRun:
         placement = place(
             ray.nodes(), workers=self.config.workers, per_node=self.config.workers_per_node
         )
-        actor = ray.remote(num_cpus=ACTOR_CPUS, max_concurrency=4)(LoadWorker)
+        actor = ray.remote(num_cpus=ACTOR_CPUS, max_concurrency=ACTOR_CONCURRENCY)(LoadWorker)
         n = placement.workers
         for index, node in enumerate(placement.nodes):
             strategy: Any = (
