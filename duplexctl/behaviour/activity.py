@@ -90,16 +90,18 @@ def segments_from_levels(levels: np.ndarray, params: ActivityParams | None = Non
     loud = levels >= threshold_db(levels, p)
     # runs of loud frames: [start, end) frame indices
     edges = np.flatnonzero(np.diff(np.concatenate([[0], loud.astype(np.int8), [0]])))
-    runs = list(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
-    merged: list[list[int]] = []
-    gap_frames = p.merge_gap_ms / p.frame_ms
+    runs = zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True)
+    return bridged([(s * p.frame_ms, e * p.frame_ms) for s, e in runs], p)
+
+
+def bridged(runs: list[tuple[float, float]], params: ActivityParams) -> list[Segment]:
+    """Runs of detected speech (ms, in order) as segments: gaps under ``merge_gap_ms``
+    bridged, bursts under ``min_speech_ms`` dropped. Shared with the benchmark's other
+    detectors, so they are compared on the same rules."""
+    merged: list[list[float]] = []
     for start, end in runs:
-        if merged and start - merged[-1][1] < gap_frames:
+        if merged and start - merged[-1][1] < params.merge_gap_ms:
             merged[-1][1] = end
         else:
             merged.append([start, end])
-    return [
-        Segment(start * p.frame_ms, end * p.frame_ms)
-        for start, end in merged
-        if (end - start) * p.frame_ms >= p.min_speech_ms
-    ]
+    return [Segment(s, e) for s, e in merged if e - s >= params.min_speech_ms]
