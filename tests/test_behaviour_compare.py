@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from load_support import ROOT, duplexctl_cmd
 from test_behaviour_replay import serving
@@ -124,3 +125,52 @@ def test_takeover_rates_are_compared_as_proportions(tmp_path: Path) -> None:
     few = compare.compare(_written(tmp_path / "f", [0], 9), _written(tmp_path / "g", [9], 9))
     (row,) = [r for r in few["rows"] if r["figure"] == "takeover_rate"]
     assert row["note"] == "too few samples" and not row["flagged"]
+
+
+def test_trials_of_one_conversation_are_resampled_together(tmp_path: Path) -> None:
+    """The same totals, 10 of 60 against 30 of 60: spread evenly over six conversations the
+    change is flagged; all-or-nothing per conversation (one conversation takes over every
+    pause against three) six conversations cannot tell, and trial by trial they would have
+    (a 0.17 → 0.50 shift over 60 trials each)."""
+    even = _written(tmp_path / "even_a", [2, 2, 2, 2, 1, 1])
+    even_b = _written(tmp_path / "even_b", [5, 5, 5, 5, 5, 5])
+    lumped = _written(tmp_path / "lumped_a", [10, 0, 0, 0, 0, 0])
+    lumped_b = _written(tmp_path / "lumped_b", [10, 10, 10, 0, 0, 0])
+    rows = {}
+    for key, (a, b) in {"even": (even, even_b), "lumped": (lumped, lumped_b)}.items():
+        (rows[key],) = [r for r in compare.compare(a, b)["rows"] if r["figure"] == "takeover_rate"]
+    for row in rows.values():
+        assert row["baseline"] == pytest.approx(10 / 60) and row["candidate"] == pytest.approx(0.5)
+        assert row["n_baseline"] == 60 and row["conversations_baseline"] == 6
+    assert rows["even"]["flagged"] and rows["even"]["ci_low"] > 0
+    assert not rows["lumped"]["significant"] and rows["lumped"]["ci_low"] < 0
+    # the interval by conversation is wider than the trial-by-trial one
+    width = {k: r["ci_high"] - r["ci_low"] for k, r in rows.items()}
+    assert width["lumped"] > 2 * width["even"]
+
+
+def test_too_few_conversations_are_shown_not_tested(tmp_path: Path) -> None:
+    """Four conversations of ten pauses each: 40 trials, enough for p50's rule, too few
+    conversations to resample."""
+    doc = compare.compare(_written(tmp_path / "a", [0, 1, 0, 1]), _written(tmp_path / "b", [9] * 4))
+    (row,) = [r for r in doc["rows"] if r["figure"] == "takeover_rate"]
+    assert row["n_baseline"] == 40 and row["conversations_candidate"] == 4
+    assert row["note"] == "too few conversations" and row["ci_low"] is None
+    assert not row["flagged"] and doc["comparisons"] == 0
+
+
+def test_weighted_statistics_equal_the_statistics_of_the_repeated_values() -> None:
+    """What a conversation resample computes (each value counted as often as its
+    conversation was drawn) is exactly the nearest-rank percentile, or the mean, of the
+    values repeated that often."""
+    rng = np.random.default_rng(7)
+    values = np.sort(rng.normal(500, 120, size=37).round(1))
+    weights = rng.integers(0, 4, size=(50, 37))
+    weights[:, 0] += 1  # never an empty resample
+    stats = ("p50", "p95", "p99")
+    got = compare._weighted_statistics(values, weights, stats)
+    for row in range(len(weights)):
+        repeated = np.repeat(values, weights[row])
+        assert list(got[:, row]) == list(compare._statistics(repeated, stats))
+        rate = compare._weighted_statistics(values, weights[row : row + 1], ("rate",))
+        assert rate[0, 0] == pytest.approx(repeated.mean())

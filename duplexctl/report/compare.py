@@ -25,12 +25,21 @@ the rates ``takeover_rate`` and ``no_response_rate`` as proportions (stat ``rate
 trial is a 0 or a 1, the difference of the means is bootstrapped the same way, in the same
 Bonferroni family, with the same 5 % rule, and compared from as many trials as p50 (10).
 A run without ``behaviour.jsonl`` (an older one) simply has no behaviour rows.
+
+A conversation's trials are not independent: a model that takes over one pause of a
+conversation is likely to take over its next (the same context, the same voice). So the
+behaviour figures are bootstrapped by conversation (a cluster bootstrap): each resample
+draws whole conversations with replacement and pools their trials, so the interval is as
+wide as the spread *between* conversations makes it. That needs enough conversations:
+below ``MIN_CONVERSATIONS`` in either run a behaviour figure is shown with the note ``too
+few conversations`` and never flagged. The turns' figures are resampled turn by turn.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeGuard
 
@@ -67,9 +76,28 @@ BEHAVIOUR_RATES: Final = {
 }
 #: the statistic of a rate: the mean of its 0/1 trials
 RATE: Final = "rate"
+#: behaviour figures are bootstrapped by conversation; fewer than this in a run is no test
+MIN_CONVERSATIONS: Final = 5
 
 
-def turn_samples(run: str | Path) -> tuple[Path, dict[str, np.ndarray]]:
+@dataclass(frozen=True)
+class Sample:
+    """One figure's values in one run. ``conversations`` numbers the conversation each value
+    came from (the unit a behaviour figure is resampled by); ``None``: every value is its
+    own unit (the turns' figures)."""
+
+    values: np.ndarray
+    conversations: np.ndarray | None = None
+
+    @property
+    def units(self) -> int:
+        """How many independent units the sample holds (conversations, or values)."""
+        if self.conversations is None:
+            return len(self.values)
+        return len(np.unique(self.conversations))
+
+
+def turn_samples(run: str | Path) -> tuple[Path, dict[str, Sample]]:
     """Per-figure values of a run's turns after warm-up (a --out directory, or the
     report.json inside one: its turns.jsonl is read)."""
     p = Path(run)
@@ -86,7 +114,7 @@ def turn_samples(run: str | Path) -> tuple[Path, dict[str, np.ndarray]]:
             v = (figures.get(name) or {}).get("value")
             if _number(v):
                 values[name].append(float(v))
-    samples = {k: np.asarray(v, dtype=float) for k, v in values.items() if v}
+    samples = {k: Sample(np.asarray(v, dtype=float)) for k, v in values.items() if v}
     samples.update(behaviour_samples(folder / "behaviour.jsonl"))
     return path, samples
 
@@ -114,29 +142,33 @@ def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def behaviour_samples(path: Path) -> dict[str, np.ndarray]:
+def behaviour_samples(path: Path) -> dict[str, Sample]:
     """Per-trial behaviour values of a run after warm-up (``behaviour.jsonl``; none when the
-    run has no such file): each time, and each rate as its trials' 0s and 1s."""
+    run has no such file), each numbered by its conversation (its line): each time, and
+    each rate as its trials' 0s and 1s."""
     if not path.is_file():
         return {}
-    times: dict[str, list[float]] = {f: [] for f in BEHAVIOUR_TIMES}
-    hits = dict.fromkeys(BEHAVIOUR_RATES, 0)
-    trials = dict.fromkeys(BEHAVIOUR_RATES, 0)
-    for conversation in _measured(path):
+    values: dict[str, list[float]] = {}
+    owners: dict[str, list[int]] = {}
+
+    def add(name: str, conversation: int, trials: Sequence[float]) -> None:
+        values.setdefault(name, []).extend(trials)
+        owners.setdefault(name, []).extend([conversation] * len(trials))
+
+    for index, conversation in enumerate(_measured(path)):
         for name in BEHAVIOUR_TIMES:
-            values = conversation.get(name)
-            if isinstance(values, list):
-                times[name].extend(float(v) for v in values if _number(v))
+            times = conversation.get(name)
+            if isinstance(times, list):
+                add(name, index, [float(v) for v in times if _number(v)])
         for name, (ones, of) in BEHAVIOUR_RATES.items():
             k, n = conversation.get(ones), conversation.get(of)
             if _count(k) and _count(n) and k <= n:
-                hits[name] += k
-                trials[name] += n
-    out = {k: np.asarray(v, dtype=float) for k, v in times.items() if v}
-    for name, n in trials.items():
-        if n:
-            out[name] = np.concatenate([np.ones(hits[name]), np.zeros(n - hits[name])])
-    return out
+                add(name, index, [1.0] * k + [0.0] * (n - k))
+    return {
+        name: Sample(np.asarray(v, dtype=float), np.asarray(owners[name], dtype=np.intp))
+        for name, v in values.items()
+        if v
+    }
 
 
 def _statistics(samples: np.ndarray, stats: Sequence[str]) -> np.ndarray:
@@ -154,19 +186,58 @@ def _tail_share(stat: str) -> float:
     return 0.5 if stat == RATE else 1 - float(stat.removeprefix("p")) / 100
 
 
-def _bootstrap(
-    a: np.ndarray, b: np.ndarray, stats: Sequence[str], rng: np.random.Generator
+def _weighted_statistics(
+    ordered: np.ndarray, weights: np.ndarray, stats: Sequence[str]
 ) -> np.ndarray:
+    """The statistics of values (sorted ascending) counted ``weights`` times each, one row
+    per resample of ``weights`` (resamples × values): the same nearest-rank percentile, or
+    the same mean, that :func:`_statistics` takes of the values repeated."""
+    if list(stats) == [RATE]:
+        return ((weights @ ordered) / weights.sum(axis=1))[np.newaxis]
+    cum = np.cumsum(weights, axis=1)
+    out = np.empty((len(stats), len(weights)))
+    for i, stat in enumerate(stats):
+        # the first value whose cumulative count reaches p % of the total (integer counts
+        # and whole percents, so p × total / 100 is exact where it is whole)
+        rank = float(stat.removeprefix("p")) * cum[:, -1] / 100
+        out[i] = ordered[np.argmax(cum >= rank[:, np.newaxis], axis=1)]
+    return out
+
+
+def _resampled(
+    sample: Sample, stats: Sequence[str], k: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``k`` bootstrap replicates of the statistics (stats × k): values drawn one by one,
+    or whole conversations drawn and their trials pooled."""
+    if sample.conversations is None:
+        drawn = sample.values[rng.integers(0, len(sample.values), size=(k, len(sample.values)))]
+        return _statistics(drawn, stats)
+    order = np.argsort(sample.values, kind="stable")
+    _, owner = np.unique(sample.conversations[order], return_inverse=True)
+    units = int(owner.max()) + 1
+    draws = rng.multinomial(units, np.full(units, 1.0 / units), size=k)
+    return _weighted_statistics(sample.values[order], draws[:, owner], stats)
+
+
+def _bootstrap(a: Sample, b: Sample, stats: Sequence[str], rng: np.random.Generator) -> np.ndarray:
     """RESAMPLES × len(stats) differences B − A of the statistics, in chunks (bounded
     memory)."""
     out = np.empty((RESAMPLES, len(stats)))
-    chunk = max(1, 2_000_000 // max(len(a), len(b)))
+    chunk = max(1, 2_000_000 // max(len(a.values), len(b.values)))
     for start in range(0, RESAMPLES, chunk):
         k = min(chunk, RESAMPLES - start)
-        ra = a[rng.integers(0, len(a), size=(k, len(a)))]
-        rb = b[rng.integers(0, len(b), size=(k, len(b)))]
-        out[start : start + k] = (_statistics(rb, stats) - _statistics(ra, stats)).T
+        out[start : start + k] = (_resampled(b, stats, k, rng) - _resampled(a, stats, k, rng)).T
     return out
+
+
+def _why_untested(a: Sample, b: Sample, stat: str) -> str | None:
+    """Why a statistic is shown but not tested (the note), or None: each run needs
+    ``MIN_TAIL`` values beyond it and, resampled by conversation, ``MIN_CONVERSATIONS``."""
+    if min(len(a.values), len(b.values)) * _tail_share(stat) < MIN_TAIL:
+        return "too few samples"
+    if a.conversations is not None and min(a.units, b.units) < MIN_CONVERSATIONS:
+        return "too few conversations"
+    return None
 
 
 def _stats_of(name: str) -> tuple[str, ...]:
@@ -178,12 +249,12 @@ def compare(baseline: str | Path, candidate: str | Path) -> dict[str, Any]:
     path_a, a = turn_samples(baseline)
     path_b, b = turn_samples(candidate)
     names = [n for n in (*FIGURES, *BEHAVIOUR_TIMES, *BEHAVIOUR_RATES) if n in a and n in b]
-    pairs = [
-        (name, stat)
+    untested = {
+        (name, stat): _why_untested(a[name], b[name], stat)
         for name in names
         for stat in _stats_of(name)
-        if min(len(a[name]), len(b[name])) * _tail_share(stat) >= MIN_TAIL
-    ]
+    }
+    pairs = [pair for pair, why in untested.items() if why is None]
     tested = len(pairs)
     alpha = (1 - FAMILY_CONFIDENCE) / max(tested, 1)
     rng = np.random.default_rng(SEED)
@@ -192,15 +263,18 @@ def compare(baseline: str | Path, candidate: str | Path) -> dict[str, Any]:
         stats = _stats_of(name)
         ps = [stat for stat in stats if (name, stat) in pairs]
         diffs = _bootstrap(a[name], b[name], ps, rng) if ps else np.empty((0, 0))
-        va, vb = _statistics(a[name], stats), _statistics(b[name], stats)
+        va, vb = _statistics(a[name].values, stats), _statistics(b[name].values, stats)
+        clustered = a[name].conversations is not None
         for i, p in enumerate(stats):
             row: dict[str, Any] = {
                 "figure": name,
                 "stat": p,
                 "baseline": float(va[i]),
                 "candidate": float(vb[i]),
-                "n_baseline": len(a[name]),
-                "n_candidate": len(b[name]),
+                "n_baseline": len(a[name].values),
+                "n_candidate": len(b[name].values),
+                "conversations_baseline": a[name].units if clustered else None,
+                "conversations_candidate": b[name].units if clustered else None,
                 "change": float(vb[i] - va[i]),
                 "change_pct": float(100 * (vb[i] - va[i]) / va[i]) if va[i] else None,
                 "ci_low": None,
@@ -224,15 +298,15 @@ def compare(baseline: str | Path, candidate: str | Path) -> dict[str, Any]:
                     else "significant but below the minimum change",
                 )
             else:
-                row["note"] = "too few samples"
+                row["note"] = untested[(name, p)]
             row["worse"] = row["flagged"] and row["change"] > 0
             rows.append(row)
     return {
         "kind": KIND,
         "baseline": str(path_a.parent),
         "candidate": str(path_b.parent),
-        "method": "bootstrap of the percentile (rate) difference over turns.jsonl and "
-        "behaviour.jsonl (docs/report.md)",
+        "method": "bootstrap of the percentile (rate) difference over turns.jsonl's turns "
+        "and behaviour.jsonl's conversations (docs/report.md)",
         "resamples": RESAMPLES,
         "family_confidence": FAMILY_CONFIDENCE,
         "comparisons": tested,
