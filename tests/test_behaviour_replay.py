@@ -171,6 +171,8 @@ def test_full_duplex_bench_export_has_one_sample_per_event(tmp_path: Path) -> No
     assert meta["context"].startswith("Hello there.")
     assert meta["interrupt"].startswith("Wait, stop.")
     assert 0 < meta["timestamp"][0] < meta["timestamp"][1]
+    # the sample holds the question: all of hello.wav's speech (2.88 s) before the onset
+    assert meta["timestamp"][0] >= 2.88, meta
 
 
 def _poisson_cdf(k: int, mean: float) -> float:

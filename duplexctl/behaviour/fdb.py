@@ -12,9 +12,11 @@ folders.
 
 A duplexctl conversation holds many such events, and the benchmark reads everything in a
 sample's ``output.wav`` as the model's reaction (pause handling: any speech of 1 s or more is
-a takeover). So each event becomes one sample cut out of the conversation: from the start of
-the user's turn, or later the end of any assistant utterance begun before it (nothing the
-assistant said earlier is in the window), to the moment the user speaks again (turn end,
+a takeover). So each event becomes one sample cut out of the conversation: from where the
+script's speech before the event starts (the user's turn, or the end of the pause before
+it; for an interruption, the speech of the turn the interrupted answer answers), or later
+the end of any assistant utterance begun before it (nothing the assistant said earlier is
+in the window), to the moment the user speaks again (turn end,
 interruption), the end of the speech resumed after it (pause), or the run's end; both
 channels at 16 kHz mono, the benchmark's output rate. Folders:
 ``full_duplex_bench/pause_handling/N``, ``smooth_turn_taking/N``, ``user_interruption/N``
@@ -48,6 +50,16 @@ def _window_start(user_start: float, event: float, assistant: Sequence[Segment])
 def _next_user(user: Sequence[Segment], after: float, default: float) -> float:
     later = [u.start_ms for u in user if u.start_ms > after + ONSET_MATCH_MS]
     return min(later) if later else default
+
+
+def _speech_start(events: ScriptedEvents, at: float, *, before: bool = False) -> float:
+    """Where the scripted speech leading up to ``at`` starts: the latest turn start or
+    pause end at (or, ``before``, strictly before) ``at``; ``at`` itself if none. From the
+    script, not from voice activity: speech has gaps of its own (between words, between
+    sentences) that are no turn's start."""
+    starts = [*events.turn_starts, *(p1 for _, p1 in events.pauses)]
+    earlier = [t for t in starts if (t < at if before else t <= at)]
+    return max(earlier) if earlier else at
 
 
 def _containing(user: Sequence[Segment], at: float) -> Segment | None:
@@ -85,8 +97,7 @@ def export(
         return round((ms - w0) / 1000.0, 3)
 
     for p0, p1 in events.pauses:
-        seg = _containing(user, p0)
-        w0 = _window_start(seg.start_ms if seg else p0, p0, assistant)
+        w0 = _window_start(_speech_start(events, p0), p0, assistant)
         resumed = _containing(user, p1)  # the window runs to the end of the resumed speech
         w1 = resumed.end_ms if resumed is not None and resumed.end_ms > p1 else p1
         sample(
@@ -97,8 +108,7 @@ def export(
             [{"text": "[PAUSE]", "timestamp": [s(p0, w0), s(p1, w0)]}],
         )
     for end in events.turn_ends:
-        seg = _containing(user, end)
-        w0 = _window_start(seg.start_ms if seg else end, end, assistant)
+        w0 = _window_start(_speech_start(events, end), end, assistant)
         w1 = _next_user(user, end, end_ms)
         meta = [{"text": "[TURN-TAKING]", "timestamp": [s(end, w0), s(w1, w0)]}]
         sample("smooth_turn_taking", w0, w1, "turn_taking.json", meta)
@@ -106,10 +116,8 @@ def export(
         events.interruptions, events.interruption_ends, events.interruption_texts, strict=True
     )
     for onset, spoken_end, (context, said) in interrupts:
-        playing = [a for a in assistant if a.start_ms <= onset + ONSET_MATCH_MS]
-        answer_start = playing[-1].start_ms if playing else onset
-        asked = _containing(user, answer_start)
-        w0 = _window_start(asked.start_ms if asked else onset, answer_start, assistant)
+        # from the speech the interrupted answer answers (its turn, not the interruption's)
+        w0 = _window_start(_speech_start(events, onset, before=True), onset, assistant)
         w1 = _next_user(user, spoken_end, end_ms)
         meta = [
             {"context": context, "interrupt": said, "timestamp": [s(onset, w0), s(spoken_end, w0)]}

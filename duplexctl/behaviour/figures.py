@@ -62,6 +62,7 @@ class ScriptedEvents:
     turns, the scripted onsets of interruptions (and what was said before and over them)."""
 
     pauses: Sequence[tuple[float, float]] = ()
+    turn_starts: Sequence[float] = ()  # where each turn's first speech starts
     turn_ends: Sequence[float] = ()
     interruptions: Sequence[float] = ()
     interruption_ends: Sequence[float] = ()  # where the interrupting speech ends

@@ -100,6 +100,7 @@ def scripted_events(run: RunState) -> ScriptedEvents:
     ]
     return ScriptedEvents(
         pauses=[(off + p0, off + p1) for p0, p1 in run.pauses_u],
+        turn_starts=[off + t.speech_start_u for t in run.turns if t.speech_start_u is not None],
         turn_ends=[off + t.speech_end_u for t in run.turns if t.speech_end_u is not None],
         interruptions=[off + (t.speech_start_u or 0.0) for t in interrupting],
         interruption_ends=[off + (t.speech_end_u or 0.0) for t in interrupting],
