@@ -56,7 +56,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -160,30 +159,6 @@ def _pause_scenario(path: Path) -> Path:
     )
     path.write_text(head + "\n".join(steps), encoding="utf-8")
     return path
-
-
-@contextlib.contextmanager
-def _serving(behaviour: str) -> Iterator[str]:
-    cmd = [sys.executable, "-m", "duplexctl", "serve", "--port", "0", "--voice", "echo"]
-    cmd += ["--ttfa-ms", "100", "--behaviour", behaviour]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert proc.stdout is not None
-        url = None
-        while url is None:
-            line = proc.stdout.readline()
-            if not line:
-                raise RuntimeError("duplexctl serve did not start")
-            found = re.search(r"listening on (ws://\S+)", line)
-            url = found.group(1) if found else None
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class _OpenAIStub(BaseHTTPRequestHandler):
@@ -320,8 +295,12 @@ def run_setting(
         if scenario == "pause_long"
         else DEFAULT_DIR / scenario
     )
-    with _serving(behaviour) as url:
-        cmd = [sys.executable, "-m", "duplexctl", "replay", str(scenario_path), "--url", url]
+    from bench.serve_process import serve
+
+    serve_args = ["--voice", "echo", "--ttfa-ms", "100", "--behaviour", behaviour]
+    with serve(serve_args, out / f"serve_{name}.log") as server:
+        cmd = [sys.executable, "-m", "duplexctl", "replay", str(scenario_path)]
+        cmd += ["--url", server.url]
         cmd += ["--turn-detection", "server_vad", "--prebuffer-ms", "0", "--out", str(run_dir)]
         cmd += ["--json"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
