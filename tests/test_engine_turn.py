@@ -614,3 +614,61 @@ def test_engine_session_requires_valid_open() -> None:
             gpu=SimulatedGpu(turn_config()),
             emit=lambda e: None,
         )
+
+
+async def test_a_reply_cut_after_it_ended_stays_addressable() -> None:
+    """A server-VAD barge-in over a reply that has ended but is not fully acknowledged cuts
+    it (nothing runs to cancel) and tells the client only ``overlap.decision``: the client
+    may still be acknowledging what it plays, then owes the truncate at the heard position
+    (docs/protocol.md §3.5, §6.3). Both are answered, as after a cancel — the record used to
+    be released at the cut, so every such ack got ``playback_item_not_found``."""
+    td = {"type": "server_vad", "silence_duration_ms": 300}
+    h = await opened(session={"turn_detection": td}, realtime_factor=0.0)
+    for _ in range(3):
+        await h.send({"type": "input_audio_buffer.append", "audio": SILENCE})
+    await speak(h, 8)
+    for _ in range(4):
+        await h.send({"type": "input_audio_buffer.append", "audio": SILENCE})
+    await h.wait_for("response.done")
+    rid = h.of("response.created")[-1]["response_id"]
+    assert h.of("response.done")[-1]["response"]["status"] == "completed"
+    await h.send({"type": "playback.ack", "response_id": rid, "played_ms": 0})
+    await speak(h, 2)  # the user speaks over the reply still playing at the client
+    assert h.of("overlap.decision")[-1]["action"] == "barge_in"
+    assert len(h.of("response.done")) == 1  # nothing ran: no cancelled fan-out
+    count = len(h.events)
+    await h.send(
+        {"type": "playback.ack", "response_id": rid, "item_id": f"item_{rid}", "played_ms": 200}
+    )
+    await h.send(
+        {"type": "conversation.item.truncate", "item_id": f"item_{rid}", "audio_end_ms": 300}
+    )
+    after = [e for e in h.events[count:] if e["type"] != "overlap.decision"]
+    assert [e["type"] for e in after] == [
+        "playback.acknowledged",
+        "conversation.item.truncated",
+        "playback.acknowledged",
+    ], h.codes()
+    assert after[2]["event"]["truncate"] is True and after[2]["event"]["committed_ms"] == 300
+    # the record is gone once truncated: a second truncate finds nothing
+    await h.send(
+        {"type": "conversation.item.truncate", "item_id": f"item_{rid}", "audio_end_ms": 200}
+    )
+    assert h.codes()[-1] == "playback_item_not_found"
+
+
+async def test_a_reply_cleared_after_it_ended_stays_addressable() -> None:
+    """``output_audio_buffer.clear`` of an ended, unacknowledged reply cuts it the same way;
+    the truncate the client then owes is answered without an error."""
+    h = await opened(realtime_factor=0.0)
+    rid = await answered_turn(h)
+    await h.send({"type": "output_audio_buffer.clear"})
+    assert h.events[-1]["type"] == "output_audio_buffer.cleared"
+    count = len(h.events)
+    await h.send(
+        {"type": "conversation.item.truncate", "item_id": f"item_{rid}", "audio_end_ms": 700}
+    )
+    assert [e["type"] for e in h.events[count:]] == [
+        "conversation.item.truncated",
+        "playback.acknowledged",
+    ], h.codes()

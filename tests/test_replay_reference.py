@@ -19,6 +19,7 @@ from duplexctl.scenario.config import CliOptions, resolve
 from duplexctl.scenario.parse import load_scenario, parse_scenario
 from duplexctl.scenario.runner import ReplayResult, run_replay
 from duplexctl.server.app import start_server
+from duplexctl.server.behaviour import Behaviour
 from duplexctl.server.config import ServerConfig
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
@@ -166,3 +167,24 @@ async def test_out_dir_artefacts_and_no_api_key(tmp_path: Path) -> None:
     for path in out.rglob("*"):  # full_duplex_bench/ holds files too
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+async def test_acks_after_a_barge_in_over_an_ended_reply_are_answered() -> None:
+    """The model takes the turn at a pause (its short echo reply arrives whole), the user
+    goes on speaking while it plays: server VAD barges in over a reply that has ended but
+    is not fully acknowledged, and says so only with ``overlap.decision``. The client keeps
+    acknowledging what it plays (docs/protocol.md §3.5 releases a record only once fully
+    acknowledged); the server used to release it at the cut and answer each of those acks
+    ``playback_item_not_found`` (4 per such barge-in here)."""
+    result = await _replay(
+        '[settings]\nturn_detection = "server_vad"\nvad_silence_ms = 3000\n'
+        '[[step]]\naction = "say"\nfile = "hello.wav"\n'
+        '[[step]]\naction = "pause"\nms = 2500\nfile = "followup.wav"\n'
+        '[[step]]\naction = "wait"\n',
+        _server(voice="echo", ttfa_ms=100.0, behaviour=Behaviour(takeover_on_pause=1.0)),
+        prebuffer_ms=0.0,
+    )
+    report = result.report
+    assert report["behaviour"]["trials"]["takeovers"] >= 1
+    assert [e["code"] for e in report["errors"]] == [], report["errors"]
+    assert result.exit_code == 0, report["problems"]

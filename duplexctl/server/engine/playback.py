@@ -3,10 +3,15 @@ yet acknowledged, acknowledgements, and truncation at the heard position.
 
 A reply is *tracked* from its start until its audio is acknowledged in full (or cut): while
 it is, it can be acknowledged and truncated, and under ``ack_only`` it keeps owning the turn.
-A cancelled reply whose audio was not fully acknowledged no longer owns the turn but stays
-addressable, as on vLLM-Omni 0.30.0 (truncate after cancel → truncated + truncating ack); at
-most :data:`MAX_CANCELLED` of those are kept, the oldest forgotten first, so a client that
-never acknowledges cannot grow the session with every barge-in.
+A reply stopped before its audio was fully acknowledged — cancelled while running, or cut
+after it ended (a barge-in or ``output_audio_buffer.clear`` with nothing running) — no longer
+owns the turn but stays addressable: a truncate after it → truncated + truncating ack (seen on
+vLLM-Omni 0.30.0 after a cancel), and acks of the audio still playing at the client are
+answered (docs/protocol.md §3.5 releases a record only once its audio is fully
+acknowledged; vLLM-Omni's ack handler, as read in its source, finds a reply by its assistant
+item, which a cut keeps in history). At most
+:data:`MAX_CANCELLED` of those are kept, the oldest forgotten first, so a client that never
+acknowledges cannot grow the session with every barge-in.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ class PlaybackLedger:
         self._tracked.pop(r.id, None)
 
     def keep_cancelled(self, r: Response) -> None:
-        """A cancelled reply whose audio was not all acknowledged stays addressable."""
+        """A cancelled or cut reply whose audio was not all acknowledged stays addressable."""
         if r.ledger.committed_ms < r.ledger.sent_ms:
             self._cancelled[r.id] = r
             while len(self._cancelled) > MAX_CANCELLED:
@@ -76,7 +81,10 @@ class PlaybackLedger:
                 self.cut(r, bump=False)
 
     def cut(self, r: Response, *, bump: bool) -> None:
-        """Truncate a completed reply's unacknowledged playback in history and release it."""
+        """Truncate a completed reply's unacknowledged playback in history and release it
+        from the turn. Its record stays addressable (``keep_cancelled``): the client learns
+        of the cut only from ``overlap.decision`` / ``output_audio_buffer.cleared``, may still
+        be acknowledging what it plays, and then owes the truncate at the heard position."""
         committed = min(r.ledger.committed_ms, r.ledger.generated_ms)
         item = self._conversation.get(r.item_id)
         if item is not None:
@@ -87,6 +95,7 @@ class PlaybackLedger:
             }
             item["content"] = [part]
         self.release(r)
+        self.keep_cancelled(r)
         if bump:
             self._ctx.epoch += 1
 
