@@ -73,6 +73,7 @@ from duplexctl.behaviour.activity import (
     Segment,
     bridged,
     frame_levels,
+    loud_runs,
     segments_from_levels,
     threshold_db,
     voice_activity,
@@ -262,11 +263,6 @@ def _band_timeline(x: np.ndarray, bins: list[tuple[int, int]]) -> BandTimeline:
     return timeline
 
 
-def _runs(loud: np.ndarray, frame_ms: float) -> list[tuple[float, float]]:
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], loud.astype(np.int8), [0]])))
-    return [(s * frame_ms, e * frame_ms) for s, e in zip(edges[0::2], edges[1::2], strict=True)]
-
-
 def band_detector(x: np.ndarray) -> list[tuple[float, float]]:
     """``activity``'s rule on the 300-3400 Hz level."""
     levels = _band_timeline(x, [SPEECH_BINS]).band_levels(USER)[:, 0]
@@ -282,7 +278,7 @@ def bands_detector(x: np.ndarray) -> list[tuple[float, float]]:
     low_floor = float(np.percentile(low, p.noise_percentile))
     if low_floor > SILENT_DB:
         loud |= low >= low_floor + LOW_MARGIN_DB
-    return [(s.start_ms, s.end_ms) for s in bridged(_runs(loud, p.frame_ms), p)]
+    return [(s.start_ms, s.end_ms) for s in bridged(loud_runs(loud, p.frame_ms), p)]
 
 
 def _segments(segments: list[Segment]) -> list[tuple[float, float]]:
@@ -333,7 +329,7 @@ def optional_detectors() -> tuple[dict[str, Detector], dict[str, Callable[[], fl
         def webrtc(mode: int) -> Detector:
             def detect(x: np.ndarray) -> list[tuple[float, float]]:
                 loud = decisions(webrtcvad.Vad(mode), x)  # a fresh state per signal
-                return _segments(bridged(_runs(loud, 10.0), ActivityParams()))
+                return _segments(bridged(loud_runs(loud, 10.0), ActivityParams()))
 
             return detect
 

@@ -87,11 +87,14 @@ def segments_from_levels(levels: np.ndarray, params: ActivityParams | None = Non
     p = params or ActivityParams()
     if levels.size == 0:
         return []
-    loud = levels >= threshold_db(levels, p)
-    # runs of loud frames: [start, end) frame indices
+    return bridged(loud_runs(levels >= threshold_db(levels, p), p.frame_ms), p)
+
+
+def loud_runs(loud: np.ndarray, frame_ms: float) -> list[tuple[float, float]]:
+    """The runs of frames marked speech, as [start, end) in ms."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], loud.astype(np.int8), [0]])))
     runs = zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True)
-    return bridged([(s * p.frame_ms, e * p.frame_ms) for s, e in runs], p)
+    return [(s * frame_ms, e * frame_ms) for s, e in runs]
 
 
 def bridged(runs: list[tuple[float, float]], params: ActivityParams) -> list[Segment]:
