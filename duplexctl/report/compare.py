@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Final, TypeGuard
 
@@ -89,12 +90,21 @@ class Sample:
     values: np.ndarray
     conversations: np.ndarray | None = None
 
-    @property
+    @cached_property
+    def by_value(self) -> tuple[np.ndarray, np.ndarray]:
+        """The values in ascending order, and each one's conversation numbered 0 … units − 1
+        (what a conversation resample weighs them by); computed once, not per resample."""
+        assert self.conversations is not None, "resampled value by value"
+        order = np.argsort(self.values, kind="stable")
+        _, owner = np.unique(self.conversations[order], return_inverse=True)
+        return self.values[order], owner
+
+    @cached_property
     def units(self) -> int:
         """How many independent units the sample holds (conversations, or values)."""
         if self.conversations is None:
             return len(self.values)
-        return len(np.unique(self.conversations))
+        return int(self.by_value[1].max()) + 1
 
 
 def turn_samples(run: str | Path) -> tuple[Path, dict[str, Sample]]:
@@ -212,11 +222,10 @@ def _resampled(
     if sample.conversations is None:
         drawn = sample.values[rng.integers(0, len(sample.values), size=(k, len(sample.values)))]
         return _statistics(drawn, stats)
-    order = np.argsort(sample.values, kind="stable")
-    _, owner = np.unique(sample.conversations[order], return_inverse=True)
-    units = int(owner.max()) + 1
+    ordered, owner = sample.by_value
+    units = sample.units
     draws = rng.multinomial(units, np.full(units, 1.0 / units), size=k)
-    return _weighted_statistics(sample.values[order], draws[:, owner], stats)
+    return _weighted_statistics(ordered, draws[:, owner], stats)
 
 
 def _bootstrap(a: Sample, b: Sample, stats: Sequence[str], rng: np.random.Generator) -> np.ndarray:
