@@ -1,6 +1,6 @@
 """Malformed server streams against the client, at scale (issue 16.4, client side).
 
-Each stream is what a broken server sends after a correct handshake (tests/hostile_servers.py
+Each stream is what a broken server sends after a correct handshake (tests/support/hostile_servers.py
 ``malformed_stream``: fields missing, mistyped or out of range, wrong types, seqs, audio and
 response ids, garbage frames, events after ``session.closed``), served by a real loopback
 websocket server, and played into the replay runner through its library entry point
@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the hostile servers the test suite uses
 
-from hostile_servers import CLIP, Script, hostile, malformed_stream, replay_against  # noqa: E402
+from support.hostile_servers import CLIP, Script, hostile, malformed_stream, replay_against  # noqa: E402
 
 CRASH_SIGNS = ("Traceback", "exception was never retrieved", "Fatal error")
 

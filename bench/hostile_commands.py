@@ -1,7 +1,7 @@
 """What ``replay``, ``probe`` and ``load`` do against each hostile server (issue 17.2).
 
 Runs each command as a user would (``python -m duplexctl …``, its own process) against each
-server of tests/hostile_servers.py on loopback, and prints per run: exit code, wall time, whether a
+server of tests/support/hostile_servers.py on loopback, and prints per run: exit code, wall time, whether a
 traceback (or "Task exception was never retrieved") reached stderr, and the last stderr line.
 
     python bench/hostile_commands.py --commands replay,probe,load --duration 5s
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the hostile servers the test suite uses
 
-from hostile_servers import CLIP, hostile  # noqa: E402
+from support.hostile_servers import CLIP, hostile  # noqa: E402
 
 KINDS = (
     "hang,garbage_text,garbage_binary,garbage_array,drop_after_upgrade,close_after_upgrade,"

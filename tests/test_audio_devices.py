@@ -1,4 +1,4 @@
-"""The audio device layer against a REAL sound server (a private PulseAudio, tests/pulse.py).
+"""The audio device layer against a REAL sound server (a private PulseAudio, tests/support/pulse.py).
 
 Sound goes out through :class:`Speaker` into the null sink ``vsink`` and comes back through
 :class:`Microphone` from its monitor, so these tests exercise PortAudio, ALSA's pulse plugin
@@ -21,13 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.pulse import PulseServer
 
 from duplexctl.errors import BadInput, MissingDependency
-
-try:  # tests/ is a rootdir-relative package in some layouts, a sys.path entry in others
-    from tests.pulse import PulseServer
-except ModuleNotFoundError:
-    from pulse import PulseServer  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
 MIC_RATE = 16000

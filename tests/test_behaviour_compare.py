@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from load_support import ROOT, duplexctl_cmd
-from test_behaviour_replay import serving
+from support.commands import ROOT, duplexctl_cmd, serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 from duplexctl.behaviour.figures import Figures

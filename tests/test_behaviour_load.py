@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_harness import Harness, turn_config
-from load_support import duplexctl_cmd
-from test_behaviour_replay import serving
+from support.commands import duplexctl_cmd, serving
+from support.engine import Harness, turn_config
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 from duplexctl.server.behaviour import Behaviour

@@ -13,28 +13,19 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
-from load_support import duplexctl_cmd, free_port, serve
+from support.commands import duplexctl_cmd, free_port, serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 from duplexctl.behaviour.activity import voice_activity
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@contextmanager
-def serving(*args: str) -> Iterator[str]:
-    """A ``duplexctl serve`` process (fast first audio, long replies) with ``args``."""
-    with serve("--ttfa-ms", "100", "--reply-seconds", "4", *args) as (url, _):
-        yield url
 
 
 def replay(url: str, scenario: str, *args: str) -> tuple[int, dict[str, Any]]:

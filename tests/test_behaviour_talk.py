@@ -7,8 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from load_support import duplexctl_cmd
-from test_behaviour_replay import serving
+from support.commands import duplexctl_cmd, serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 

@@ -1,7 +1,7 @@
 """The client commands against hostile servers, as a user runs them (issue 17.2, 17.5, 17.7).
 
 Each command runs as its own process (``python -m duplexctl``) against a hostile server of
-tests/hostile_servers.py on loopback: it must end by itself, in bounded time, with one line naming
+tests/support/hostile_servers.py on loopback: it must end by itself, in bounded time, with one line naming
 what the server did and the documented exit code — never a traceback, never "Task exception
 was never retrieved". The bounds are generous (a shared 2-core machine); the point is that
 every run ends, not how fast.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_servers import Script, event
+from support.hostile_servers import Script, event
 from typer.testing import CliRunner
 
 from duplexctl.cli import app

@@ -22,7 +22,9 @@ import random
 from typing import Any
 
 import pytest
-from hostile_servers import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.hostile_servers import (
     GARBAGE_FRAMES,
     WEIRD_VALUES,
     malformed_stream,
@@ -30,8 +32,6 @@ from hostile_servers import (
     reply_frames,
     session_created,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from duplexctl.protocol import codec, server_events
 from duplexctl.protocol.client_state import AudioDelta, ClientSession

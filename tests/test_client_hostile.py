@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import pytest
-from hostile_servers import Script, event
+from support.hostile_servers import Script, event
 
 from duplexctl.client import ConnectionOptions, DuplexConnection, OpenFailed, ViolationRecorded
 from duplexctl.client.causes import ADMISSION, Cause

@@ -5,7 +5,7 @@ configured like the recorded server (Qwen3-Omni-like "turn" profile, 200 ms chun
 TTFA); the engine's emitted event sequence must match the recorded *sequenced* server
 events, and the translator rejections must match the recorded unsequenced errors.
 
-Normalisations (engine_harness.tokens), each because timing, not behaviour, differs:
+Normalisations (support.engine.tokens), each because timing, not behaviour, differs:
 
 * audio units (an audio delta and its empty transcript delta) are counted, not placed: where
   a delta falls between client-driven events depends on the wall clock;
@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 
 import pytest
-from engine_harness import MIB, replay, tokens, turn_config
+from support.engine import MIB, replay, tokens, turn_config
 
 # realtime_factor 0 where the client only reacts after the answer; 1 where the client
 # interrupts or overlaps an answer that must still be running

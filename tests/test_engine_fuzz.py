@@ -2,7 +2,7 @@
 
 Sessions open with hostile session objects (when the opening is refused, that refusal must be
 a documented code) and then receive mixes of well-formed traffic and hostile events of every
-client type (tests/hostile_clients.py). Whatever arrives:
+client type (tests/support/hostile_clients.py). Whatever arrives:
 
 * ``receive`` raises nothing but ProtocolError with a documented code (docs/protocol.md §4.5);
 * every command is answered in bounded time and the mailbox never dies: a heartbeat sent
@@ -22,8 +22,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from engine_harness import OPEN_TURN, Harness, turn_config
-from hostile_clients import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.engine import OPEN_TURN, Harness, turn_config
+from support.hostile_clients import (
     DOCUMENTED,
     ENGINE_TYPES,
     event_of,
@@ -34,8 +36,6 @@ from hostile_clients import (
     resolve,
     session_patch,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server.session import validate_open

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from engine_harness import OPEN_TURN, pcm16
+from support.engine import OPEN_TURN, pcm16
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 

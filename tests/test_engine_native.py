@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import numpy as np
-from engine_harness import Harness, pcm16, turn_config
+from support.engine import Harness, pcm16, turn_config
 
 from duplexctl.server.config import Fault, ServerConfig
 from duplexctl.server.model import SimulatedGpu, SimulatedModel, load_factor

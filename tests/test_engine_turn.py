@@ -7,7 +7,7 @@ import base64
 
 import numpy as np
 import pytest
-from engine_harness import OPEN_TURN, Harness, pcm16, turn_config
+from support.engine import OPEN_TURN, Harness, pcm16, turn_config
 
 from duplexctl.audio import pcm
 from duplexctl.protocol.errors import ProtocolError

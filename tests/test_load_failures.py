@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from load_support import (
+from support.commands import (
     ROOT,
     SHORT,
     background_ws_server,

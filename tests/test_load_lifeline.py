@@ -19,49 +19,25 @@ import time
 from pathlib import Path
 
 import pytest
-from load_support import (
+from support.commands import (
     HELLO,
     LIFELINE_PARENT,
     ROOT,
+    admitted,
     children_of,
     duplexctl_cmd,
     pids_alive,
     serve,
+    wait_for,
 )
 
-from duplexctl.client.connection import DuplexConnection, OpenFailed
 from duplexctl.load.lifeline import GRACE_S
-from duplexctl.protocol.settings import SessionSettings
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 #: Generous: the workers must be gone within GRACE_S of the parent's death; this allows for a
 #: loaded two-core machine several times over.
 GONE_WITHIN_S = 30.0
-
-
-async def admitted(url: str, n: int) -> int:
-    """How many of ``n`` sessions opened now are admitted (all closed again at once)."""
-    settings = SessionSettings(turn_detection="none")
-    conns: list[DuplexConnection] = []
-    try:
-        for _ in range(n):
-            try:
-                conns.append(await DuplexConnection.open(url, settings, timeout=10.0))
-            except OpenFailed:
-                break
-        return len(conns)
-    finally:
-        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
-
-
-def wait_for(predicate, timeout_s: float, every_s: float = 0.25) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(every_s)
-    return predicate()
 
 
 def test_sigkill_of_load_stops_its_workers_and_frees_the_servers_slots() -> None:

@@ -1,6 +1,6 @@
 """``duplexctl load --ray`` on a real two-node Ray cluster on this host (issue 18).
 
-One cluster per module (``ray.cluster_utils.Cluster``: a head and a second node, each with
+The suite's one cluster (``tests/support/cluster.py``: a head and a second node, each with
 its own raylet, two CPUs, a small object store and no dashboard), real ``duplexctl load``
 driver processes and a real ``duplexctl serve``. The fault tests use a server whose
 disconnect grace (120 s) is far longer than their bounds: its slots come back within them
@@ -18,13 +18,29 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from load_support import HELLO, ROOT, SHORT, duplexctl_cmd, free_port, serve
-from test_load_lifeline import admitted, wait_for
+from support.cluster import (
+    FREED_WITHIN_S,
+    GRACE_ARGS,
+    client_server_logs,
+    load_cmd,
+    report_of,
+    run_load,
+    wait_active,
+)
+from support.commands import (
+    HELLO,
+    ROOT,
+    SHORT,
+    admitted,
+    duplexctl_cmd,
+    free_port,
+    serve,
+    wait_for,
+)
 
 from duplexctl.load.arrivals import ArrivalProcess
 from duplexctl.load.config import LoadConfig
@@ -32,69 +48,6 @@ from duplexctl.report.histogram import HistogramSet
 from duplexctl.report.load_report import tally_of
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-#: Small on purpose: CI has two cores, shared with the server and the drivers.
-NODE_ARGS: dict[str, Any] = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
-#: The server keeps a dropped session's slot this long: far beyond every bound below.
-GRACE_ARGS = ("--disconnect-grace-s", "120", "--reply-seconds", "2")
-#: The actors notice the driver's death within their heartbeat timeout (5 s) and close:
-#: generous for a loaded two-core machine.
-FREED_WITHIN_S = 40.0
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    client_port = free_port()  # the head also serves Ray Client (--ray ray://…)
-    head = {**NODE_ARGS, "include_dashboard": False, "ray_client_server_port": client_port}
-    c = Cluster(initialize_head=True, head_node_args=head)
-    c.client_port = client_port
-    try:
-        c.add_node(**NODE_ARGS)
-        c.wait_for_nodes()
-        yield c
-    finally:
-        c.shutdown()
-
-
-def client_server_logs(cluster: Any, tail: int = 1500) -> str:
-    """The end of each of the head's Ray Client server logs (the proxy and the server it
-    starts per driver): what a failed ``ray://`` join leaves to read."""
-    logs = Path(cluster.head_node.get_logs_dir_path())
-    return "".join(
-        f"\n--- {path.name}:\n{path.read_text(errors='replace')[-tail:]}"
-        for path in sorted(logs.glob("ray_client_server*"))
-    )
-
-
-def load_cmd(cluster: Any, *args: str) -> list[str]:
-    return duplexctl_cmd("load", "--ray", cluster.address, "--plain", *args)
-
-
-def run_load(cluster: Any, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        load_cmd(cluster, *args), capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
-
-
-def report_of(out: Path) -> dict[str, Any]:
-    return json.loads((out / "report.json").read_text())
-
-
-def wait_active(proc: subprocess.Popen[str], at_least: int, timeout_s: float = 120) -> None:
-    """Read the driver's plain dashboard until it shows ``at_least`` active sessions."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        found = re.search(r"\] active (\d+)", line)
-        if found and int(found.group(1)) >= at_least:
-            return
-    raise AssertionError(f"the run never had {at_least} active sessions")
-
 
 # -- without a cluster ------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from load_support import ROOT
+from support.commands import ROOT
 
 from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.load.cluster.connect import parse_address, place

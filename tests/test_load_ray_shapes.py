@@ -5,7 +5,7 @@
 (:meth:`LoadConfig.share`) on a cluster as in local worker processes; each test here runs a
 real ``duplexctl load`` driver against a real ``duplexctl serve`` on loopback and checks
 what would be wrong if the shape were dropped or split wrongly on the way to the actors.
-The cluster and its helpers are :mod:`test_load_ray`'s (one cluster for this module).
+The cluster is the suite's one (``tests/support/cluster.py``).
 """
 
 from __future__ import annotations
@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from load_support import HELLO, SHORT, serve
-from test_load_ray import cluster, report_of, run_load
+from support.cluster import report_of, run_load
+from support.commands import HELLO, SHORT, serve
 
 from duplexctl.load.arrivals import ArrivalProcess, Ramp
 from duplexctl.load.config import LoadConfig, Mix, split_ramp
 from duplexctl.load.script import scenario_for
 from duplexctl.scenario.model import Wait
-
-__all__ = ["cluster"]  # the module-scoped fixture, imported: one cluster for this module
 
 
 def sessions_of(out: Path) -> list[dict[str, Any]]:

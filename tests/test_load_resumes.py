@@ -13,7 +13,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from load_support import ROOT, SHORT, duplexctl_cmd, serve
+from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
 
 def test_a_server_that_drops_every_connection_fails_the_drop_slo(tmp_path: Path) -> None:

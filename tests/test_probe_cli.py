@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import free_port
+from support.paths import free_port
 from typer.testing import CliRunner
 
 from duplexctl.cli import app

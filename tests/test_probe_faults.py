@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from conftest import free_port
+from support.paths import free_port
 
 GRACE = ["--disconnect-grace-s", "3"]
 

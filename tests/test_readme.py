@@ -12,7 +12,7 @@ machine does not have (``ws://gpu:8000``, ``my-ca.pem``) and durations CI cannot
 (``--duration 5m``). Every change the test makes is one row of :data:`REWRITES`, and each
 command records the rows it needed (checked below), so a reader sees exactly what ran.
 Nothing is skipped except ``talk`` when no PulseAudio can be started (it then says so); its
-microphone example runs against the private PulseAudio of tests/pulse.py, whose microphone is
+microphone example runs against the private PulseAudio of tests/support/pulse.py, whose microphone is
 the monitor of a null sink.
 
 Blocks run in parallel (commands of one block in order, in one directory: ``load --out run1``
@@ -39,7 +39,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from load_support import duplexctl_cmd, serve
+from support.commands import duplexctl_cmd, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -68,7 +68,7 @@ REWRITES: dict[str, str] = {
     "drop waits for the server's disconnect grace, 30 s by default)",
     "talk-duration": "`talk` (but `--list-devices`) runs at most 6 s: `--duration` above 6 "
     "→ 6, added when absent (talk otherwise runs until `q` or Ctrl-C)",
-    "talk-sound": "`talk` runs against a private PulseAudio (tests/pulse.py): the microphone "
+    "talk-sound": "`talk` runs against a private PulseAudio (tests/support/pulse.py): the microphone "
     "is the monitor of a null sink, the speaker that sink",
 }
 #: Files the README expects its reader to have, written into a block's directory first.
@@ -241,7 +241,7 @@ def plan(example: Example) -> Planned:
     p = Planned(argv, ["program", "environment"])
     command = argv[0] if argv else ""
     if command == "serve":
-        p.applied.append("serve-port")  # load_support.serve adds --port 0
+        p.applied.append("serve-port")  # support.commands.serve adds --port 0
     url = _option(argv, "--url")
     if _remote(url):
         assert url is not None
@@ -288,7 +288,7 @@ def plan(example: Example) -> Planned:
 def tls_front(target_port: int, workdir: Path) -> Iterator[tuple[int, Path]]:
     """A TLS listener on 127.0.0.1 relaying every connection to ``target_port``: yields its
     port and the PEM of the throwaway CA that signed its certificate."""
-    from hostile_servers import _tls_contexts  # the suite's one way to make a test CA
+    from support.hostile_servers import _tls_contexts  # the suite's one way to make a test CA
 
     context, ca_file = _tls_contexts(workdir)
 
@@ -408,7 +408,7 @@ def run_block(block: list[Example], sound: dict[str, str] | None) -> list[Outcom
 @pytest.fixture(scope="module")
 def outcomes() -> Iterator[dict[Example, Outcome]]:
     """Every README example run once; blocks in parallel (talk's with a private PulseAudio)."""
-    from pulse import pulseaudio_available, start_pulse
+    from support.pulse import pulseaudio_available, start_pulse
 
     sound_server = start_pulse() if pulseaudio_available() else None
     try:

@@ -3,7 +3,7 @@
 
 Every page test checks, in the real browser: no console or page error, no request leaving
 the page (or failing), every chart drawn (``data-rendered`` and SVG marks in the DOM), and
-keeps a full-page screenshot (tests/html_browser.py says where).
+keeps a full-page screenshot (tests/support/browser.py says where).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from html_browser import Opened, chromium_missing, open_page, screenshot_path
-from load_support import ROOT, SHORT, ctrl_c_when, duplexctl_cmd, saved_load_run, serve
+from support.browser import Opened, chromium_missing, open_page, screenshot_path
+from support.commands import ROOT, SHORT, ctrl_c_when, duplexctl_cmd, saved_load_run, serve
 
 from duplexctl.prometheus.summary import explain_knee
 from duplexctl.report.html import load_page, page

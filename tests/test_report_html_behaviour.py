@@ -2,7 +2,7 @@
 that keeps talking 300 ms over an interruption shows its behaviour table and the run's
 ``[expect]`` on stop latency; a load run over the same model shows the "Conversation
 behaviour" group (HDR curves with n, the rates with their n). Opened in headless Chromium
-with the network blocked (tests/html_browser.py)."""
+with the network blocked (tests/support/browser.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from html_browser import chromium_missing, open_page, screenshot_path
-from load_support import ROOT, duplexctl_cmd
-from test_behaviour_replay import serving
+from support.browser import chromium_missing, open_page, screenshot_path
+from support.commands import ROOT, duplexctl_cmd, serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 

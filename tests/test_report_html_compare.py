@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from html_browser import chromium_missing, open_page, screenshot_path
-from load_support import ROOT, SHORT, duplexctl_cmd, serve
+from support.browser import chromium_missing, open_page, screenshot_path
+from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
 from duplexctl.report import compare
 

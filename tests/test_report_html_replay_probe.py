@@ -1,6 +1,6 @@
 """The replay page and the probe page: written by ``replay --out`` and ``probe --out`` (also
 on Ctrl-C), re-rendered by ``duplexctl report DIR --html FILE``, opened in headless Chromium
-with the network blocked (tests/html_browser.py)."""
+with the network blocked (tests/support/browser.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from html_browser import Opened, chromium_missing, open_page, screenshot_path
-from load_support import ROOT, ctrl_c_when, duplexctl_cmd, serve
+from support.browser import Opened, chromium_missing, open_page, screenshot_path
+from support.commands import ROOT, ctrl_c_when, duplexctl_cmd, serve
 
 needs_browser = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
 SCENARIOS = ROOT / "duplexctl" / "recordings"

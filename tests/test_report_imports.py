@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from load_support import ROOT, saved_load_run
+from support.commands import ROOT, saved_load_run
 
 PACKAGE = ROOT / "duplexctl"
 #: What the report layer may never import: load's runtime and everything that talks on a socket.

@@ -13,7 +13,7 @@ from typing import Any
 
 import matplotlib
 import pytest
-from load_support import saved_load_run
+from support.commands import saved_load_run
 from typer.testing import CliRunner
 
 from duplexctl.cli import app

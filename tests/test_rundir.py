@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from load_support import HELLO, SHORT, saved_load_run
+from support.commands import HELLO, SHORT, saved_load_run
 from typer.testing import CliRunner
 
 from duplexctl.cli import app

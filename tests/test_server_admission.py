@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from server_support import (
+from support.server import (
     OPEN_SESSION,
     abort_client,
     closed_code,

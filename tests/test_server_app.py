@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from server_support import closed_code, dial, open_session, real_engine_available, recv_until, send
+from support.server import closed_code, dial, open_session, real_engine_available, recv_until, send
 
 from duplexctl.server.app import start_server
 from duplexctl.server.config import ServerConfig

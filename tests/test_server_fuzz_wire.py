@@ -1,7 +1,7 @@
 """Property test over real sockets: hostile frames on one connection never hurt another.
 
 Hypothesis generates frames of every kind a broken or malicious client could send: every
-client event type with hostile fields (tests/hostile_clients.py), ``session.resume`` and
+client event type with hostile fields (tests/support/hostile_clients.py), ``session.resume`` and
 ``session.event_ack`` with bad values, non-JSON text, JSON that is not an object, binary
 frames, JSON nested far too deep, ``NaN`` literals and oversize-ish audio; the opening frame
 itself may be hostile. They go to a live session on the reference server while a second
@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hostile_clients import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.hostile_clients import (
     DOCUMENTED,
     TRANSPORT_CODES,
     event_of,
@@ -37,9 +39,7 @@ from hostile_clients import (
     logged_errors,
     session_patch,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from server_support import OPEN_SESSION, closed_code, dial, running, send, ws_url
+from support.server import OPEN_SESSION, closed_code, dial, running, send, ws_url
 from websockets.exceptions import ConnectionClosed
 
 ALLOWED = DOCUMENTED | TRANSPORT_CODES

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from engine_harness import OPEN_TURN, Harness, pcm16, turn_config
-from server_support import OPEN_SESSION, abort_client, dial, recv_until, running, send, ws_url
+from support.engine import OPEN_TURN, Harness, pcm16, turn_config
+from support.server import OPEN_SESSION, abort_client, dial, recv_until, running, send, ws_url
 
 from duplexctl.server.registry import Emit, Engine, EngineLike, default_engine
 from duplexctl.server.session import EngineSession
@@ -81,7 +81,7 @@ async def _turn(ws: Any, how: str) -> None:
 
 async def test_closed_and_expired_sessions_leave_nothing_behind(no_cycle_collector: None) -> None:
     refs: list[weakref.ref[Any]] = []
-    from server_support import small_config
+    from support.server import small_config
 
     engine = _watched(small_config(), refs)
     async with running(

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from load_support import HELLO, ROOT, duplexctl_cmd
+from support.commands import HELLO, ROOT, duplexctl_cmd
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

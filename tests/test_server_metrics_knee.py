@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from load_support import ROOT, SHORT, duplexctl_cmd, serve
+from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
 
 @pytest.mark.slow

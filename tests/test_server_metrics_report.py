@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from load_support import ROOT, duplexctl_cmd, saved_load_run
+from support.commands import ROOT, duplexctl_cmd, saved_load_run
 
 from duplexctl.report.plots import draw
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from load_support import ROOT, SHORT, duplexctl_cmd, free_port
+from support.commands import ROOT, SHORT, duplexctl_cmd, free_port
 
 from duplexctl.errors import BadInput
 from duplexctl.prometheus.endpoints import default_endpoint, parse_endpoint, resolve

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-from server_support import OPEN_SESSION, dial, running, send, ws_url
+from support.server import OPEN_SESSION, dial, running, send, ws_url
 
 from duplexctl.prometheus.exposition import Family, parse
 from duplexctl.protocol import ids

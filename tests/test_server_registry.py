@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from server_support import StubEngine, small_config, stub_engine
+from support.server import StubEngine, small_config, stub_engine
 
 from duplexctl.protocol import codec
 from duplexctl.protocol.errors import ProtocolError

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from server_support import (
+from support.server import (
     StubEngine,
     abort_client,
     closed_code,

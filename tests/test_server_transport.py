@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from server_support import (
+from support.server import (
     OPEN_SESSION,
     StubEngine,
     abort_client,

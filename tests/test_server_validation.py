@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_harness import OPEN_TURN, Harness, pcm16, turn_config
-from hostile_clients import exit_if_hung
-from server_support import (
+from support.engine import OPEN_TURN, Harness, pcm16, turn_config
+from support.hostile_clients import exit_if_hung
+from support.server import (
     OPEN_SESSION,
     closed_code,
     dial,

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from test_talk_cli import run_cli_async
+from support.commands import run_cli_async
 
 from duplexctl.server.app import RunningServer, start_server
 from duplexctl.server.config import ServerConfig

@@ -1,6 +1,6 @@
 """``talk --aec`` through a real echo path: a laptop's speaker heard by its own microphone.
 
-A private PulseAudio (tests/pulse.py) gets :func:`add_echo_path`: ``talk``'s speaker sink is
+A private PulseAudio (tests/support/pulse.py) gets :func:`add_echo_path`: ``talk``'s speaker sink is
 fed back into the microphone source 50 ms late (54-64 ms measured) and 10 dB quieter, and the
 user's voice (the bundled recordings, played by this test through a real output stream) goes
 into the same source. The reference server answers with the ``echo`` voice: it says back what
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile as sf
+from support.pulse import MONITOR, EchoPath, add_echo_path, remove_echo_path
 
 from duplexctl.audio import manifest
 from duplexctl.server.app import start_server
@@ -48,11 +49,6 @@ from duplexctl.talk.echo import MISSING_LINE, RENDER_LEAD_S, EchoCanceller, load
 from duplexctl.talk.inputs import InputBlock
 from duplexctl.talk.session import TalkResult, TalkSession
 from duplexctl.talk.view import PlainView
-
-try:
-    from tests.pulse import MONITOR, EchoPath, add_echo_path
-except ModuleNotFoundError:
-    from pulse import MONITOR, EchoPath, add_echo_path  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
 REC = ROOT / "recordings"
@@ -100,8 +96,10 @@ def routed(**env: str) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def echo_path(pulse_server: Any) -> EchoPath:
-    return add_echo_path(pulse_server, delay_ms=50, gain_db=-10.0)
+def echo_path(pulse_server: Any) -> Iterator[EchoPath]:
+    path = add_echo_path(pulse_server, delay_ms=50, gain_db=-10.0)
+    yield path
+    remove_echo_path(pulse_server, path)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """``talk`` against a REAL sound server: the assistant's audio must come out of the device.
 
-A private PulseAudio (tests/pulse.py) has a null sink whose monitor is the default source.
+A private PulseAudio (tests/support/pulse.py) has a null sink whose monitor is the default source.
 ``talk`` plays into the sink through its Speaker; the test records the monitor with a second
 :class:`Microphone`, so what is asserted is what a listener at the device would have heard:
 the reference server's 440 Hz tone, for as long as the reply lasts — and, on a barge-in,

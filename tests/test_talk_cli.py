@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.commands import run_cli_async
 
 from duplexctl.client.connection import DuplexConnection
 from duplexctl.protocol.settings import SessionSettings
@@ -125,17 +126,6 @@ def test_unreachable_url_exits_3() -> None:
     print(line)
     assert proc.returncode == 3
     assert "cannot connect" in line
-
-
-async def run_cli_async(*args: str, timeout: float = 60) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "duplexctl", *args,
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_capacity_rejection_says_full_with_the_limit_exit_3() -> None:

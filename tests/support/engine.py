@@ -14,7 +14,6 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from duplexctl.protocol import codec, ids
@@ -22,8 +21,8 @@ from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.model import SimulatedGpu
 from duplexctl.server.session import EngineSession
+from support.paths import read_wire
 
-WIRE_DIR = Path(__file__).resolve().parent / "fixtures" / "wire"
 MIB = 1024 * 1024
 
 OPEN_TURN = {
@@ -118,11 +117,6 @@ def pcm16(samples_ms: int, *, level: float = 0.0, rate: int = 16000, hz: float =
 
 
 # --- golden transcript replay ------------------------------------------------------------
-
-
-def read_wire(name: str) -> list[dict[str, Any]]:
-    path = WIRE_DIR / f"{name}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 _SILENCE = base64.b64encode(bytes(3200)).decode()

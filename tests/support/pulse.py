@@ -14,7 +14,7 @@ the default source. docs/testing.md lists the facts this helper encodes:
 3. PortAudio reads the device list once, at import: callers started after sounddevice was
    imported must re-initialise it (``duplexctl.audio.devices.reinitialize``).
 
-Usable from pytest fixtures and from a shell (``python tests/pulse.py`` starts one and prints
+Usable from pytest fixtures and from a shell (``python tests/support/pulse.py`` starts one and prints
 the ``PULSE_SERVER`` to export, until Ctrl-C).
 """
 
@@ -180,6 +180,7 @@ class EchoPath:
 
     delay_ms: int
     gain_db: float
+    modules: tuple[str, ...] = ()  # what add_echo_path loaded (remove_echo_path unloads them)
     microphone: str = f"{ROOM}.monitor"
     speaker: str = SINK
     voice: str = ROOM
@@ -193,14 +194,14 @@ def add_echo_path(
     ``gain_db``; ``room``'s monitor is pulled by a second loopback into ``drain`` so that it
     runs in small blocks (fact 1). Measured on this setup: a 10 ms click comes back -9.3 dB,
     54-64 ms later for ``delay_ms=50`` (the loopback adapts its latency around the target)."""
-    server.pactl(
+    room = server.pactl(
         "load-module", "module-null-sink", f"sink_name={ROOM}", "rate=48000", "channels=1",
         "sink_properties=device.description=duplexctl-room",
-    )  # fmt: skip
-    server.pactl(
+    ).strip()  # fmt: skip
+    drain = server.pactl(
         "load-module", "module-loopback", f"source={ROOM}.monitor", f"sink={DRAIN}",
         "latency_msec=20",
-    )  # fmt: skip
+    ).strip()  # fmt: skip
     module = server.pactl(
         "load-module", "module-loopback", f"source={MONITOR}", f"sink={ROOM}",
         f"latency_msec={delay_ms}", "adjust_time=0", "source_dont_move=true",
@@ -212,10 +213,17 @@ def add_echo_path(
             if f"Owner Module: {module}\n" in entry:
                 server.pactl("set-sink-input-volume", entry.split()[0], f"{gain_db}dB")
                 time.sleep(settle_s)  # the new sinks leave their first big blocks behind
-                return EchoPath(delay_ms, gain_db)
+                return EchoPath(delay_ms, gain_db, (module, drain, room))
         if time.monotonic() > deadline:
             raise PulseStartError(f"the echo loopback (module {module}) has no sink input")
         time.sleep(0.1)
+
+
+def remove_echo_path(server: PulseServer, path: EchoPath) -> None:
+    """Unload what :func:`add_echo_path` loaded, so the daemon (one per test session) is as
+    the next module expects it: the speaker heard by nothing but its own monitor."""
+    for module in path.modules:
+        server.pactl("unload-module", module)
 
 
 @contextlib.contextmanager

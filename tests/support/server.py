@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-from engine_harness import OPEN_TURN
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -28,8 +27,9 @@ from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server.app import RunningServer, start_server
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.registry import Emit, Engine
+from support.engine import OPEN_TURN
 
-# the golden transcripts' opening session object (engine_harness), under a test model name
+# the golden transcripts' opening session object (support/engine.py), under a test model name
 OPEN_SESSION = {**OPEN_TURN, "model": "test/model"}
 
 

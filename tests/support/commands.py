@@ -6,6 +6,9 @@
 * :func:`saved_load_run`: a short ``duplexctl load`` against the embedded server, written to
   a directory (what ``duplexctl report`` reads).
 * :func:`ctrl_c_when`: Ctrl-C a running command once it is ready (or after a bound).
+* :func:`serving`: ``serve`` with fast first audio and long replies (the behaviour tests).
+* :func:`admitted`, :func:`wait_for`: how many sessions a server admits now; a bounded poll.
+* :func:`run_cli_async`: ``duplexctl ARGS`` as a subprocess from async code.
 * Hostile peers on loopback for failure causes: a closed port, a plain HTTP server, a
   websocket server that drops the TCP connection right after the upgrade.
 """
@@ -18,7 +21,6 @@ import http.server
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -28,19 +30,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-SHORT = str(ROOT / "recordings" / "short_ack.wav")
-HELLO = str(ROOT / "recordings" / "hello.wav")
+from duplexctl.client.connection import DuplexConnection, OpenFailed
+from duplexctl.protocol.settings import SessionSettings
+from support.paths import HELLO, ROOT, SHORT, free_port
+
+__all__ = ["HELLO", "ROOT", "SHORT", "free_port"]  # re-exported: what the command tests use
 
 
 def duplexctl_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "duplexctl", *args]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -245,7 +243,7 @@ def lifeline_child(lifeline: Any, marker: str) -> None:
 LIFELINE_PARENT = """
 import multiprocessing as mp, sys, time
 sys.path.insert(0, sys.argv[2])
-from load_support import lifeline_child
+from support.commands import lifeline_child
 from duplexctl.load.lifeline import Lifeline
 
 if __name__ == "__main__":
@@ -256,3 +254,45 @@ if __name__ == "__main__":
     lifeline.pipe.close()
     time.sleep(120)  # SIGKILLed by the test long before
 """
+
+
+@contextlib.contextmanager
+def serving(*args: str) -> Iterator[str]:
+    """A ``duplexctl serve`` process (fast first audio, long replies) with ``args``."""
+    with serve("--ttfa-ms", "100", "--reply-seconds", "4", *args) as (url, _):
+        yield url
+
+
+async def admitted(url: str, n: int) -> int:
+    """How many of ``n`` sessions opened now are admitted (all closed again at once)."""
+    settings = SessionSettings(turn_detection="none")
+    conns: list[DuplexConnection] = []
+    try:
+        for _ in range(n):
+            try:
+                conns.append(await DuplexConnection.open(url, settings, timeout=10.0))
+            except OpenFailed:
+                break
+        return len(conns)
+    finally:
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+
+def wait_for(predicate, timeout_s: float, every_s: float = 0.25) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every_s)
+    return predicate()
+
+
+async def run_cli_async(*args: str, timeout: float = 60) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "duplexctl", *args,
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

@@ -36,7 +36,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import socket
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -47,9 +46,11 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from support.paths import SHORT, free_port
+
 SESSION_ID = "duplex-" + "0" * 32
 #: the clip a client speaks against these servers (one short turn)
-CLIP = Path(__file__).resolve().parent.parent / "recordings" / "short_ack.wav"
+CLIP = Path(SHORT)
 RESPONSE_ID = f"resp-{SESSION_ID}-0-0000abcd"
 #: 100 ms of 24 kHz PCM16 silence: the audio every scripted delta carries
 DELTA_B64 = base64.b64encode(bytes(4800)).decode()
@@ -80,12 +81,6 @@ class Hostile:
     ca_file: Path | None = None
     connections: int = 0
     received: list[Any] = field(default_factory=list)  # decoded client frames, in order
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def event(etype: str, seq: int | None = None, **fields: Any) -> dict[str, Any]:

@@ -1,0 +1,85 @@
+"""The Ray cluster the ``load --ray`` tests share (one per test session: ``tests/conftest.py``
+``cluster``), and how those tests drive it: real ``duplexctl load --ray`` driver processes.
+
+The cluster is ``ray.cluster_utils.Cluster``: a head and a second node on this host, each with
+its own raylet, two CPUs, a small object store and no dashboard; the head also serves Ray
+Client on a free port (``--ray ray://…``). Never ``ray stop`` in tests: it ends every Ray
+process of the machine, not only the suite's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from support.commands import duplexctl_cmd
+from support.paths import ROOT, free_port
+
+#: Small on purpose: CI has two cores, shared with the server and the drivers.
+NODE_ARGS: dict[str, Any] = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
+#: The server keeps a dropped session's slot this long: far beyond every bound of the tests.
+GRACE_ARGS = ("--disconnect-grace-s", "120", "--reply-seconds", "2")
+#: The actors notice the driver's death within their heartbeat timeout (5 s) and close:
+#: generous for a loaded two-core machine.
+FREED_WITHIN_S = 40.0
+
+
+@contextmanager
+def two_node_cluster() -> Iterator[Any]:
+    """A head and a second node, shut down on exit."""
+    from ray.cluster_utils import Cluster
+
+    client_port = free_port()  # the head also serves Ray Client (--ray ray://…)
+    head = {**NODE_ARGS, "include_dashboard": False, "ray_client_server_port": client_port}
+    c = Cluster(initialize_head=True, head_node_args=head)
+    c.client_port = client_port
+    try:
+        c.add_node(**NODE_ARGS)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        c.shutdown()
+
+
+def client_server_logs(cluster: Any, tail: int = 1500) -> str:
+    """The end of each of the head's Ray Client server logs (the proxy and the server it
+    starts per driver): what a failed ``ray://`` join leaves to read."""
+    logs = Path(cluster.head_node.get_logs_dir_path())
+    return "".join(
+        f"\n--- {path.name}:\n{path.read_text(errors='replace')[-tail:]}"
+        for path in sorted(logs.glob("ray_client_server*"))
+    )
+
+
+def load_cmd(cluster: Any, *args: str) -> list[str]:
+    return duplexctl_cmd("load", "--ray", cluster.address, "--plain", *args)
+
+
+def run_load(cluster: Any, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        load_cmd(cluster, *args), capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def report_of(out: Path) -> dict[str, Any]:
+    return json.loads((out / "report.json").read_text())
+
+
+def wait_active(proc: subprocess.Popen[str], at_least: int, timeout_s: float = 120) -> None:
+    """Read the driver's plain dashboard until it shows ``at_least`` active sessions."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        found = re.search(r"\] active (\d+)", line)
+        if found and int(found.group(1)) >= at_least:
+            return
+    raise AssertionError(f"the run never had {at_least} active sessions")
