@@ -6,6 +6,7 @@
 * ``peer``: a factory that starts the real vLLM-Omni peer on a free loopback port with given
   arguments, once per argument set per test session (``support.peer``). Tests using it are
   skipped when the peer's environment has not been built (the kit's ``setup.sh``).
+* ``engine_kind``: ``stub`` or ``real``, the engine a transport test's server runs.
 * ``cluster``: the one two-node Ray cluster of the test session (``support.cluster``).
 * ``pulse_server``: the one private PulseAudio of the test session (``support.pulse``).
 * ``hostile_server``: a misbehaving server for one test (``support.hostile_servers``).
@@ -38,6 +39,13 @@ def wire_dir() -> Path:
 @pytest.fixture(scope="session")
 def load_wire() -> Callable[[str], list[dict[str, Any]]]:
     return read_wire
+
+
+@pytest.fixture(params=["stub", "real"])
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """The server transport tests run twice: on the stub engine of ``support.server`` (the
+    contract alone) and on the real ``EngineSession``."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duplexctl.audio.playback import Playback, PlaybackClock
+from duplexctl.audio.playback import PlaybackClock
 
 
 def test_p0_is_first_recv_plus_prebuffer() -> None:
@@ -90,10 +90,6 @@ def test_empty_chunks_are_ignored() -> None:
     clock = PlaybackClock(prebuffer_ms=50)
     clock.receive(1.0, 0)
     assert clock.first_audible is None and clock.chunks == 0
-
-
-def test_satisfies_the_playback_protocol() -> None:
-    assert isinstance(PlaybackClock(), Playback)
 
 
 @given(

@@ -58,6 +58,8 @@ async def test_golden_field_sets_commit_turn() -> None:
     recorded: dict[str, set[str]] = {}
     for event in result.recorded_seq:
         recorded.setdefault(event["type"], set()).update(event)
+    assert len(recorded) >= 10 and result.ours.events  # a whole turn: created … done
+    assert {e["type"] for e in result.ours.events} == set(recorded)
     for event in result.ours.events:
         fields = set(event) | {"server_event_seq"}
         if event["type"] == "response.output_audio_transcript.delta":
@@ -77,6 +79,7 @@ async def test_server_vad_positions_match_recording(name: str) -> None:
     ):
         recorded = [e[field] for e in result.recorded_seq if e["type"] == etype]
         ours = [e[field] for e in result.ours.events if e["type"] == etype]
+        assert recorded, f"{name}: the recording has no {etype}"
         assert len(ours) == len(recorded), etype
         for mine, theirs in zip(ours, recorded, strict=True):
             assert abs(mine - theirs) <= 150, (etype, ours, recorded)

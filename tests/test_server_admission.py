@@ -6,14 +6,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from support.server import (
     OPEN_SESSION,
     abort_client,
     closed_code,
     dial,
     open_session,
-    real_engine_available,
     recv,
     recv_until,
     running,
@@ -24,13 +22,6 @@ from support.server import (
 from duplexctl.protocol.names import Dialect
 
 Wire = Callable[[str], list[dict[str, Any]]]
-
-
-@pytest.fixture(params=["stub", "real"])
-def engine_kind(request: pytest.FixtureRequest) -> str:
-    if request.param == "real" and not real_engine_available():
-        pytest.skip("duplexctl.server.session (engine B) not available yet")
-    return str(request.param)
 
 
 async def _try_open(url: str) -> tuple[dict[str, Any], Any]:

@@ -9,20 +9,15 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest
-from support.server import closed_code, dial, open_session, real_engine_available, recv_until, send
+from support.server import closed_code, dial, open_session, recv_until, send
 
 from duplexctl.server.app import start_server
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.embedded import embedded_server
 
 ROOT = Path(__file__).resolve().parent.parent
-needs_engine = pytest.mark.skipif(
-    not real_engine_available(), reason="duplexctl.server.session (engine B) not available yet"
-)
 
 
-@needs_engine
 async def test_start_server_port_zero_and_async_with() -> None:
     async with await start_server(ServerConfig(port=0)) as server:
         assert server.port > 0 and server.host == "127.0.0.1"
@@ -31,7 +26,6 @@ async def test_start_server_port_zero_and_async_with() -> None:
         await ws.close()
 
 
-@needs_engine
 async def test_embedded_server_yields_a_working_loopback_url() -> None:
     async with embedded_server(ServerConfig(port=9, host="0.0.0.0")) as url:
         assert re.fullmatch(r"ws://127\.0\.0\.1:\d+/v1/realtime\?duplex=1", url)
@@ -42,7 +36,6 @@ async def test_embedded_server_yields_a_working_loopback_url() -> None:
         await ws.close()
 
 
-@needs_engine
 async def test_serve_process_prints_url_and_closes_sessions_on_sigterm() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

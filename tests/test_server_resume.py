@@ -14,7 +14,6 @@ from support.server import (
     closed_code,
     dial,
     open_session,
-    real_engine_available,
     recv,
     recv_until,
     running,
@@ -26,13 +25,6 @@ from support.server import (
 from duplexctl.server.registry import Emit, Engine
 
 Wire = Callable[[str], list[dict[str, Any]]]
-
-
-@pytest.fixture(params=["stub", "real"])
-def engine_kind(request: pytest.FixtureRequest) -> str:
-    if request.param == "real" and not real_engine_available():
-        pytest.skip("duplexctl.server.session (engine B) not available yet")
-    return str(request.param)
 
 
 def golden_in(load_wire: Wire, name: str) -> list[dict[str, Any]]:

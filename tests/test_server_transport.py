@@ -2,7 +2,7 @@
 
 Shapes, codes and messages are checked against the golden transcripts recorded from the real
 vLLM-Omni 0.30.0 server (tests/fixtures/wire). Tests marked with the ``engine_kind`` fixture
-run against the private stub engine and, once it exists, B's real EngineSession.
+run twice: against the private stub engine and against the real EngineSession.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from support.server import (
     closed_code,
     dial,
     open_session,
-    real_engine_available,
     recv,
     recv_until,
     running,
@@ -37,13 +36,6 @@ from duplexctl.server.config import Fault, MiB
 from duplexctl.server.registry import Emit, Engine
 
 Wire = Callable[[str], list[dict[str, Any]]]
-
-
-@pytest.fixture(params=["stub", "real"])
-def engine_kind(request: pytest.FixtureRequest) -> str:
-    if request.param == "real" and not real_engine_available():
-        pytest.skip("duplexctl.server.session (engine B) not available yet")
-    return str(request.param)
 
 
 def golden_frames(load_wire: Wire, name: str, direction: str = "in") -> list[dict[str, Any]]:

@@ -805,7 +805,7 @@ class Speaker:
         return heard
 
     def playback(self, response_id: str) -> SpeakerPlayback:
-        """A per-response view implementing ``duplexctl.audio.playback.Playback``."""
+        """A per-response view shaped like the simulated ``PlaybackClock``."""
         return SpeakerPlayback(self, response_id)
 
     def _end_time(self, response_id: str) -> float | None:
@@ -823,8 +823,9 @@ class Speaker:
 class SpeakerPlayback:
     """One response on a :class:`Speaker`, shaped like the simulated ``PlaybackClock``.
 
-    Implements ``duplexctl.audio.playback.Playback`` so report and protocol code treat a real
-    speaker and the simulated clock alike. Differences, because the device is the clock:
+    Same methods as ``PlaybackClock`` (``receive``, ``played_ms``, ``flush``,
+    ``first_audible``, ``end_time``), so report and protocol code treat a real speaker and
+    the simulated clock alike. Differences, because the device is the clock:
     ``now`` arguments are ignored for the present (the device position is read at call
     time; an earlier ``now`` is answered from the callback marks still held, a close upper
     bound); :meth:`receive` only counts chunks — the sound itself must be given with

@@ -14,38 +14,16 @@ passed in by the caller, so the clock is pure arithmetic, deterministic under te
 cheap for hundreds of sessions. Calls must come in non-decreasing time order, except that
 :meth:`PlaybackClock.played_ms` may also be asked about any earlier moment.
 
-:class:`Playback` is the small interface the rest of duplexctl uses; ``talk`` implements it
-with the output device driving the clock instead of arithmetic.
+``talk``'s speaker (``audio/devices.py`` ``SpeakerPlayback``) has the same shape, with the
+output device driving the clock instead of arithmetic.
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Protocol, runtime_checkable
 
 # Lateness below 1 us is float rounding of (wall + ms/1000) sums, not an underrun.
 _ROUNDING_S = 1e-6
-
-
-@runtime_checkable
-class Playback(Protocol):
-    """What the client needs from a playback clock (simulated or a real speaker)."""
-
-    def receive(self, now: float, duration_ms: float) -> None:
-        """A chunk of ``duration_ms`` of the response's audio was received at ``now``."""
-
-    def played_ms(self, now: float) -> float:
-        """Response audio played by ``now`` (what ``playback.ack`` reports)."""
-
-    def flush(self, now: float) -> float:
-        """Stop playback at once (barge-in/cancel); returns the heard position in ms."""
-
-    @property
-    def first_audible(self) -> float | None:
-        """When the first sample became audible (``P0``), None before any audio."""
-
-    def end_time(self) -> float | None:
-        """When playback of everything received ends (or ended: flush time)."""
 
 
 class PlaybackClock:

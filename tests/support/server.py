@@ -5,14 +5,13 @@
   on close, session.expired on expire) plus two test hooks: ``response.create`` with
   ``response.metadata.stub_events = N`` emits N audio deltas (journal/replay/spelling tests),
   and ``conversation.item.retrieve`` raises a translator-level ProtocolError.
-* ``engines``: the stub and, once it exists, the real engine (duplexctl.server.session).
+* ``running(kind)``: a server on the stub (``"stub"``) or the real engine (``"real"``).
 * Client helpers around ``websockets.asyncio.client.connect`` on loopback.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -126,13 +125,6 @@ def stub_engine(created: list[StubEngine] | None = None) -> Engine:
         return engine
 
     return Engine(validate_open=stub_validate_open, create=create)
-
-
-def real_engine_available() -> bool:
-    return (
-        importlib.util.find_spec("duplexctl.server.session") is not None
-        and importlib.util.find_spec("duplexctl.server.model") is not None
-    )
 
 
 def small_config(**changes: Any) -> ServerConfig:
