@@ -10,6 +10,7 @@
 * ``cluster``: the one two-node Ray cluster of the test session (``support.cluster``).
 * ``pulse_server``: the one private PulseAudio of the test session (``support.pulse``).
 * ``hostile_server``: a misbehaving server for one test (``support.hostile_servers``).
+* one headless Chromium per test process, closed at the end (``support.browser``).
 
 Session-scoped means once per pytest process: under pytest-xdist every worker has its own
 session, so the tests that share one of these resources carry the same ``xdist_group``
@@ -68,6 +69,15 @@ def cluster() -> Iterator[Any]:
 
     with two_node_cluster() as c:
         yield c
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_browser_per_test_process() -> Iterator[None]:
+    """The Chromium a page test starts (support.browser) lives until the test session ends."""
+    yield
+    from support.browser import close_browser
+
+    close_browser()
 
 
 collect_ignore_glob: list[str] = []

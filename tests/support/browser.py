@@ -3,16 +3,18 @@ happened: console errors, page errors, requests that left (or tried to leave) th
 charts drawn, and a full-page screenshot.
 
 Driver: Python Playwright against Debian's ``/usr/bin/chromium`` (``executable_path``; no
-browser is downloaded). Chromium is started with the flags a test machine needs and an empty
-profile; every request that is not the page's own ``file:`` URL (or an inline ``data:``)
-is aborted and recorded, so a page that needs the network fails its test.
+browser is downloaded). One Chromium per test process, started with the flags a test machine
+needs at the first page a test opens and closed at the end of the test session
+(``tests/conftest.py`` calls :func:`close_browser`); every page opens in a fresh, empty
+browser context (no cookies, storage or cache from another test) that is offline and whose
+every request but the page's own ``file:`` URL (or an inline ``data:``) is aborted and
+recorded, so a page that needs the network fails its test.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,64 +72,75 @@ class Opened:
         ]
 
 
-def open_page(path: Path, screenshot: Path, *, evaluate: str | None = None) -> Opened:
-    """Load ``path``, wait until every chart has drawn (or failed), screenshot it."""
-    from playwright.sync_api import sync_playwright
+_running: dict[str, Any] = {}  # "playwright", "browser": the test process's one Chromium
 
-    seen = Opened()
-    with (
-        tempfile.TemporaryDirectory(prefix="duplexctl-chromium-") as profile,
-        sync_playwright() as pw,
-    ):
-        context = pw.chromium.launch_persistent_context(
-            profile,
-            executable_path=CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1280, "height": 900},
-            offline=True,
+
+def _browser() -> Any:
+    if "browser" not in _running:
+        from playwright.sync_api import sync_playwright
+
+        _running["playwright"] = pw = sync_playwright().start()
+        _running["browser"] = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=FLAGS
         )
-        try:
-            page = context.new_page()
-            page.on(
-                "console",
-                lambda m: seen.console_errors.append(m.text) if m.type == "error" else None,
-            )
-            page.on("pageerror", lambda e: seen.page_errors.append(str(e)))
-            page.on("requestfailed", lambda r: seen.failed_requests.append(r.url))
-            page_url = path.resolve().as_uri()
+    return _running["browser"]
 
-            def route(r: Any) -> None:
-                url = r.request.url
-                if url == page_url or url.startswith("data:"):
-                    r.continue_()
-                else:
-                    seen.requests_out.append(url)
-                    r.abort()
 
-            context.route("**/*", route)
-            page.goto(page_url, wait_until="load", timeout=60_000)
-            page.wait_for_function(
-                "Array.from(document.querySelectorAll('div.chart'))"
-                ".every(e => e.hasAttribute('data-rendered') || e.hasAttribute('data-error'))",
-                timeout=60_000,
+def close_browser() -> None:
+    """Close the test process's Chromium, if a test started it."""
+    browser, pw = _running.pop("browser", None), _running.pop("playwright", None)
+    if browser is not None:
+        browser.close()
+    if pw is not None:
+        pw.stop()
+
+
+def open_page(path: Path, screenshot: Path, *, evaluate: str | None = None) -> Opened:
+    """Load ``path`` in a fresh context, wait until every chart has drawn (or failed),
+    screenshot it."""
+    seen = Opened()
+    context = _browser().new_context(viewport={"width": 1280, "height": 900}, offline=True)
+    try:
+        page = context.new_page()
+        page.on(
+            "console",
+            lambda m: seen.console_errors.append(m.text) if m.type == "error" else None,
+        )
+        page.on("pageerror", lambda e: seen.page_errors.append(str(e)))
+        page.on("requestfailed", lambda r: seen.failed_requests.append(r.url))
+        page_url = path.resolve().as_uri()
+
+        def route(r: Any) -> None:
+            url = r.request.url
+            if url == page_url or url.startswith("data:"):
+                r.continue_()
+            else:
+                seen.requests_out.append(url)
+                r.abort()
+
+        context.route("**/*", route)
+        page.goto(page_url, wait_until="load", timeout=60_000)
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('div.chart'))"
+            ".every(e => e.hasAttribute('data-rendered') || e.hasAttribute('data-error'))",
+            timeout=60_000,
+        )
+        seen.charts = page.locator("div.chart").count()
+        seen.charts_rendered = page.locator("div.chart[data-rendered]").count()
+        seen.chart_errors = [
+            str(e)
+            for e in page.eval_on_selector_all(
+                "div.chart[data-error]", "els => els.map(e => e.id + ': ' + e.dataset.error)"
             )
-            seen.charts = page.locator("div.chart").count()
-            seen.charts_rendered = page.locator("div.chart[data-rendered]").count()
-            seen.chart_errors = [
-                str(e)
-                for e in page.eval_on_selector_all(
-                    "div.chart[data-error]", "els => els.map(e => e.id + ': ' + e.dataset.error)"
-                )
-            ]
-            seen.svg_marks = page.evaluate(
-                "document.querySelectorAll('div.chart svg .mark-line path, div.chart svg .mark-symbol path,"
-                " div.chart svg .mark-rect path, div.chart svg .mark-area path, div.chart svg .mark-rule line').length"
-            )
-            if evaluate:
-                seen.facts = page.evaluate(evaluate)
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(screenshot), full_page=True)
-        finally:
-            context.close()
+        ]
+        seen.svg_marks = page.evaluate(
+            "document.querySelectorAll('div.chart svg .mark-line path, div.chart svg .mark-symbol path,"
+            " div.chart svg .mark-rect path, div.chart svg .mark-area path, div.chart svg .mark-rule line').length"
+        )
+        if evaluate:
+            seen.facts = page.evaluate(evaluate)
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(screenshot), full_page=True)
+    finally:
+        context.close()
     return seen
