@@ -224,6 +224,7 @@ async def test_played_ms_follows_the_device_not_enqueue(pulse_server: PulseServe
         speaker.close()
 
 
+@pytest.mark.timing
 @pytest.mark.audio
 async def test_flush_silences_the_output_promptly(pulse_server: PulseServer) -> None:
     """After flush() at t the captured signal is silent within 150 ms of t."""
@@ -262,6 +263,7 @@ async def test_flush_silences_the_output_promptly(pulse_server: PulseServer) -> 
     assert abs(captured_ms - heard["r1"]) < 150.0  # heard position matches what came out
 
 
+@pytest.mark.timing
 @pytest.mark.audio
 async def test_underrun_is_counted_when_a_live_response_runs_dry(
     pulse_server: PulseServer,

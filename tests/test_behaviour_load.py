@@ -32,6 +32,7 @@ def _load(url: str, scenario: str, out: Path, *args: str) -> dict:
     return dict(json.loads((out / "report.json").read_text()))
 
 
+@pytest.mark.timing
 def test_stop_latency_and_takeover_rate_under_load(tmp_path: Path) -> None:
     with serving("--max-sessions", "8", "--behaviour", "stop-latency-ms=300") as url:
         stops = _load(url, "interruption.toml", tmp_path / "i", "--sessions", "3", "--count", "3")
@@ -119,6 +120,7 @@ SATURATING = ("--gpu-slots", "2", "--unit-compute-ms", "300", "--chunk-ms", "200
 STOP_MS, GAP_MS = 500.0, 1500.0
 
 
+@pytest.mark.timing
 def test_stop_latency_and_response_gap_grow_when_the_gpu_saturates(tmp_path: Path) -> None:
     """One session on two batch slots gets the configured behaviour back; eight sessions
     queue for the slots, and the model notices the interruption (one unit) late, so it

@@ -37,6 +37,7 @@ def replay(url: str, scenario: str, *args: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.timing
 def test_stop_latency_is_the_models_within_30_ms() -> None:
     for truth, code_expected in ((300.0, 0), (600.0, 1)):
         with serving("--behaviour", f"stop-latency-ms={truth:g}") as url:
@@ -51,6 +52,7 @@ def test_stop_latency_is_the_models_within_30_ms() -> None:
         assert code == code_expected, report["expectations"]
 
 
+@pytest.mark.timing
 def test_response_gap_is_the_models_within_30_ms() -> None:
     with serving("--behaviour", "response-gap-ms=1000") as url:
         code, report = replay(url, "turn_taking.toml")

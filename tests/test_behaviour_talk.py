@@ -14,6 +14,7 @@ from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.timing
 def test_talk_record_reports_the_response_gap(tmp_path: Path) -> None:
     """The model answers 1500 ms after the end of speech. talk records an append at the
     capture time of its first block but sends it when its last block is captured, one append

@@ -45,7 +45,7 @@ SETTINGS = SessionSettings(instructions="You are a helpful voice assistant.")
 LIMIT = 2
 
 
-@pytest.fixture(params=["peer", "embedded"])
+@pytest.fixture(params=[pytest.param("peer", marks=pytest.mark.peer), "embedded"])
 async def server_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """A server with LIMIT admission slots: the vLLM-Omni peer, then the reference server."""
     if request.param == "peer":

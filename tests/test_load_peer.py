@@ -23,6 +23,7 @@ HELLO = str(ROOT / "recordings" / "hello.wav")
 pytestmark = pytest.mark.peer
 
 
+@pytest.mark.timing
 def test_load_against_the_peer_with_two_slots(peer: Callable[..., Any]) -> None:
     server = peer("--max-sessions", "2")
     result = run_load(

@@ -75,6 +75,7 @@ def test_closed_loop_admits_exactly_the_limit_and_counts_the_rest(capsys: Any) -
     json.loads(capsys.readouterr().out)  # --json: stdout is one document
 
 
+@pytest.mark.timing
 def test_turn_latency_matches_the_servers_injected_ttfa(tmp_path: Path) -> None:
     # commit lane: the client commits 200 ms after the end of speech, the server answers
     # ttfa_ms (300) after the commit; a 1 s reply in 200 ms chunks arrives in real time.
@@ -225,6 +226,7 @@ def test_a_run_longer_than_the_slice_cap_doubles_its_slices_exactly(tmp_path: Pa
     assert saved["slicing"] == slicing
 
 
+@pytest.mark.timing
 def test_find_capacity_finds_the_gpu_knee() -> None:
     """The simulated GPU (1 slot, 100 ms per 200 ms output unit) saturates at N*:
 

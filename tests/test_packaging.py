@@ -92,6 +92,7 @@ def _ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[s
 
 
 @pytest.mark.slow
+@pytest.mark.packaging
 @pytest.mark.timeout(900)
 def test_wheel_installed_outside_the_checkout_runs_replay_and_load(tmp_path: Path) -> None:
     # Build from a copy, so the build leaves nothing in the checkout.

@@ -52,6 +52,7 @@ def _ok(result: ReplayResult) -> None:
     )
 
 
+@pytest.mark.timing
 async def test_spoken_turns_and_timings(peer_url: str) -> None:
     # one turn ended by server VAD, one committed by the client
     result = await _replay(

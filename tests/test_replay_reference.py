@@ -55,6 +55,7 @@ def _server(**kw: Any) -> ServerConfig:
     return ServerConfig(host="127.0.0.1", port=0, **kw)
 
 
+@pytest.mark.timing
 async def test_ttfa_created_matches_the_injected_latency() -> None:
     turns = "\n".join(
         '[[step]]\naction = "say"\nfile = "short_ack.wav"\n[[step]]\naction = "wait"\n'

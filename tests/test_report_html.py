@@ -14,13 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.browser import Opened, chromium_missing, open_page, screenshot_path
+from support.browser import Opened, needs_browser, open_page, screenshot_path
 from support.commands import ROOT, SHORT, ctrl_c_when, duplexctl_cmd, saved_load_run, serve
 
 from duplexctl.prometheus.summary import explain_knee
 from duplexctl.report.html import load_page, page
-
-needs_browser = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
 
 
 def assert_clean(seen: Opened, *, min_charts: int) -> None:

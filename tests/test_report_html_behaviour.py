@@ -11,12 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.browser import chromium_missing, open_page, screenshot_path
+from support.browser import needs_browser, open_page, screenshot_path
 from support.commands import ROOT, duplexctl_cmd, serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 
-needs_browser = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
 pytestmark = pytest.mark.timeout(300)
 
 BEHAVIOUR_TABLE = """({

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.browser import chromium_missing, open_page, screenshot_path
+from support.browser import needs_browser, open_page, screenshot_path
 from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
 from duplexctl.report import compare
@@ -75,7 +75,7 @@ def test_injected_latency_is_flagged_and_fails_the_threshold(runs: dict[str, Pat
     assert 150 < row["change"] < 250 and row["ci_low"] > 0  # the 200 ms, inside its interval
 
 
-@pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
+@needs_browser
 def test_comparison_page_renders_offline(runs: dict[str, Path], tmp_path: Path) -> None:
     page = tmp_path / "compare.html"
     done = _report(str(runs["a1"]), str(runs["b"]), "--compare", "--html", str(page))

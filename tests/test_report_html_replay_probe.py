@@ -9,10 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.browser import Opened, chromium_missing, open_page, screenshot_path
+from support.browser import Opened, needs_browser, open_page, screenshot_path
 from support.commands import ROOT, ctrl_c_when, duplexctl_cmd, serve
 
-needs_browser = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
 SCENARIOS = ROOT / "duplexctl" / "recordings"
 
 

@@ -16,6 +16,7 @@ import pytest
 from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_the_knee_shows_the_waiting_queue_growing(tmp_path: Path) -> None:
     out = tmp_path / "search"

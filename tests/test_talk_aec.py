@@ -373,6 +373,7 @@ async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path
     await stop_after_user_speech(tmp_path, echo_path)
 
 
+@pytest.mark.timing
 @pytest.mark.audio
 @pytest.mark.slow
 async def test_stop_meets_the_issues_150_ms(tmp_path: Path, echo_path: EchoPath) -> None:

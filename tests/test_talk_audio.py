@@ -157,6 +157,7 @@ async def test_assistant_tone_comes_out_of_the_output_device(tmp_path: Path) -> 
     assert left.size and left[0] < right[0]  # the user spoke first, on the same timeline
 
 
+@pytest.mark.timing
 async def test_barge_in_stops_playback_within_150_ms(tmp_path: Path) -> None:
     """interrupt.wav starts while the 4 s reply plays: the output goes silent within 150 ms
     of the interrupting speech, and the truncate carries the device-heard position."""

@@ -5,7 +5,9 @@ charts drawn, and a full-page screenshot.
 Driver: Python Playwright against Debian's ``/usr/bin/chromium`` (``executable_path``; no
 browser is downloaded). One Chromium per test process, started with the flags a test machine
 needs at the first page a test opens and closed at the end of the test session
-(``tests/conftest.py`` calls :func:`close_browser`); every page opens in a fresh, empty
+(``tests/conftest.py`` calls :func:`close_browser`). Playwright's sync API keeps an event loop
+running in the thread that started it (``asyncio.run`` then fails there), so the browser
+lives in a thread of its own and every page is opened there. Every page opens in a fresh, empty
 browser context (no cookies, storage or cache from another test) that is offline and whose
 every request but the page's own ``file:`` URL (or an inline ``data:``) is aborted and
 recorded, so a page that needs the network fails its test.
@@ -15,9 +17,16 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -50,6 +59,14 @@ def chromium_missing() -> str | None:
     return None
 
 
+def needs_browser(test: F) -> F:
+    """Mark a test that opens a page: ``browser`` (what it costs), and skipped with the
+    reason where Chromium or Playwright is missing (install.sh installs both)."""
+    missing = chromium_missing()
+    marked: F = pytest.mark.browser(test)
+    return pytest.mark.skipif(missing is not None, reason=str(missing))(marked)
+
+
 @dataclass
 class Opened:
     console_errors: list[str] = field(default_factory=list)
@@ -72,7 +89,14 @@ class Opened:
         ]
 
 
-_running: dict[str, Any] = {}  # "playwright", "browser": the test process's one Chromium
+_running: dict[str, Any] = {}  # the browser's thread, and inside it Playwright and Chromium
+
+
+def _in_browser_thread(job: Callable[[], T]) -> T:
+    """Run ``job`` in the thread that owns the test process's Chromium (started on first use)."""
+    if "thread" not in _running:
+        _running["thread"] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chromium")
+    return _running["thread"].submit(job).result()
 
 
 def _browser() -> Any:
@@ -87,17 +111,29 @@ def _browser() -> Any:
 
 
 def close_browser() -> None:
-    """Close the test process's Chromium, if a test started it."""
-    browser, pw = _running.pop("browser", None), _running.pop("playwright", None)
-    if browser is not None:
-        browser.close()
-    if pw is not None:
-        pw.stop()
+    """Close the test process's Chromium and its thread, if a test started them."""
+    thread = _running.pop("thread", None)
+    if thread is None:
+        return
+
+    def close() -> None:
+        browser, pw = _running.pop("browser", None), _running.pop("playwright", None)
+        if browser is not None:
+            browser.close()
+        if pw is not None:
+            pw.stop()
+
+    thread.submit(close).result()
+    thread.shutdown()
 
 
 def open_page(path: Path, screenshot: Path, *, evaluate: str | None = None) -> Opened:
     """Load ``path`` in a fresh context, wait until every chart has drawn (or failed),
     screenshot it."""
+    return _in_browser_thread(lambda: _open(path, screenshot, evaluate))
+
+
+def _open(path: Path, screenshot: Path, evaluate: str | None) -> Opened:
     seen = Opened()
     context = _browser().new_context(viewport={"width": 1280, "height": 900}, offline=True)
     try:

@@ -1,28 +1,35 @@
 """Lanes and groups: how ``pytest -q`` runs the suite in parallel without weakening a test.
 
 Most of the suite waits on a clock (real-time replays and loads), not on the CPU, so it runs
-under pytest-xdist (``pyproject.toml`` ``addopts``: ``-n``, ``--dist loadgroup``) with two
+under pytest-xdist (``pyproject.toml`` ``addopts``: ``-n``, ``--dist loadgroup``) with three
 rules this plugin adds (docs/testing.md "Lanes and groups"):
 
-* **Groups: one worker per shared resource.** A session fixture is started once per pytest
-  process, and every xdist worker is one, so the tests that share the Ray cluster, the
-  private PulseAudio or the vLLM-Omni peer are put in one ``xdist_group`` each (by the
-  fixture they use, :data:`RESOURCE_GROUPS`): one worker runs them and starts the resource
-  once, and two of them never run at the same time.
+* **One worker per shared resource.** A session fixture is started once per pytest process,
+  and every xdist worker is one, so the tests that share the Ray cluster, the private
+  PulseAudio or the vLLM-Omni peer are put in one ``xdist_group`` each (by the fixture they
+  use, :data:`RESOURCE_GROUPS`, or their marker, :data:`MARKER_GROUPS`): one worker runs
+  them, starts the resource once, and two of them never run at the same time.
+* **One worker per module fixture.** The tests of a module that share a module-scoped
+  fixture (two saved load runs, every README example run once) stay together, so the
+  fixture is built once, as it is without xdist.
 * **The serial lane: time bounds run alone.** A test marked ``timing`` asserts a time bound
-  that holds on a quiet machine but may not beside three other workers. They form one group,
-  :data:`SERIAL`, which :class:`LanesScheduling` holds back until every other test has run
-  and every other worker has stopped, and then runs on one worker, alone.
+  that holds on a quiet machine but may not beside other workers. Those tests form one group,
+  :data:`SERIAL`, which the scheduler holds back until every other test has run and every
+  other worker has stopped, and then runs on one worker, alone.
 
-Groups are scheduled longest first (:data:`GROUP_ORDER`), so the long single-worker groups
-start at once and the short tests fill the other workers around them.
-
-Without xdist (``-n 0``, or ``-p no:xdist``) the markers change nothing: every test runs in
-one process, in collection order.
+The work units (a group, or a single test) are handed out longest first, by the durations
+measured last (``tests/durations.json``, refreshed with ``--lanes-record``; a test it does
+not know counts :data:`UNKNOWN_S`), so the long single-worker groups start at once and the
+short tests fill the other workers around them. Without xdist (``-n 0``, or ``-p
+no:xdist``) none of this changes anything: every test runs in one process, in collection
+order.
 """
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,10 +38,28 @@ import pytest
 SERIAL = "serial"
 #: fixture -> the group of every test that uses it (directly or through another fixture)
 RESOURCE_GROUPS = {"cluster": "ray", "pulse_server": "pulse", "peer": "peer"}
-#: marker -> the group it implies (the module marks ``audio`` tests that share the daemon)
+#: marker -> the group it implies (a module marks its ``audio`` tests, which share the daemon)
 MARKER_GROUPS = {"cluster": "ray", "audio": "pulse", "peer": "peer"}
-#: the single-worker groups, longest first (measured: docs/testing.md "Where the time goes")
-GROUP_ORDER = ("ray", "peer", "pulse")
+#: the measured durations the scheduler orders the work by
+DURATIONS = Path(__file__).resolve().parent.parent / "durations.json"
+#: what a test the durations file does not know is taken to cost, in seconds
+UNKNOWN_S = 2.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lanes-record",
+        action="store_true",
+        help="write every test's measured duration (setup + call + teardown) to "
+        "tests/durations.json, which orders the parallel run longest first",
+    )
+
+
+def _module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -48,6 +73,8 @@ def group_of(item: pytest.Item) -> str | None:
     for marker, group in MARKER_GROUPS.items():
         if item.get_closest_marker(marker) is not None:
             return group
+    if _module_fixture(item):
+        return item.nodeid.split("::", 1)[0]  # its module
     return None
 
 
@@ -61,9 +88,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def _plain_id(nodeid: str) -> str:
+    """A node id without the ``@group`` suffix xdist adds."""
+    at, bracket = nodeid.rfind("@"), nodeid.rfind("]")
+    return nodeid[:at] if at > bracket else nodeid
+
+
+class _Recorder:
+    """``--lanes-record``: sums each test's phases and writes the file at the end."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[_plain_id(report.nodeid)] += report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if getattr(session.config, "workerinput", None) is not None:
+            return  # a worker: the controller sees every report and writes once
+        ordered = {k: round(v, 2) for k, v in sorted(self.seconds.items())}
+        DURATIONS.write_text(json.dumps(ordered, indent=0) + "\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--lanes-record"):
+        config.pluginmanager.register(_Recorder(), "lanes-recorder")
+
+
+def measured_durations() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # an xdist hook: unknown with -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadgroup``: :class:`LanesScheduling`; otherwise xdist decides."""
+    """Under ``--dist loadgroup``: the lanes' scheduler; otherwise xdist decides."""
     if config.getvalue("dist") != "loadgroup":
         return None
     return _lanes_scheduling()(config, log)
@@ -73,21 +134,24 @@ def _lanes_scheduling() -> type:
     """The class, built on xdist's only when xdist runs (so ``-p no:xdist`` imports nothing)."""
     from xdist.scheduler.loadgroup import LoadGroupScheduling
 
+    durations = measured_durations()
+
     class LanesScheduling(LoadGroupScheduling):  # type: ignore[misc]
-        """xdist's group scheduling, with the groups longest first and the serial lane last.
+        """xdist's group scheduling, longest unit first and the serial lane last.
 
         The serial unit stays in the work queue while anything else is queued. Once it is
         all that is left, every worker but one (the one with the most tests still pending)
         is shut down as it asks for work; when the others are gone, the serial unit goes to
         that last worker, which runs it alone."""
 
+        def _cost(self, scope: str) -> float:
+            unit = self.workqueue[scope]
+            return sum(durations.get(_plain_id(nodeid), UNKNOWN_S) for nodeid in unit)
+
         def _next_scope(self) -> str | None:
             queued = [scope for scope in self.workqueue if scope != SERIAL]
-            for group in GROUP_ORDER:
-                if group in self.workqueue:
-                    return group
             if queued:
-                return queued[0]
+                return max(queued, key=self._cost)
             if SERIAL in self.workqueue and len(self.nodes) == 1:
                 return SERIAL
             return None  # held until this is the last worker (remove_node)
@@ -103,9 +167,6 @@ def _lanes_scheduling() -> type:
                 [collection.index(nodeid) for nodeid, done in work_unit.items() if not done]
             )
 
-        def _live(self) -> list[Any]:
-            return [n for n in self.nodes if not n.shutting_down]
-
         def _reschedule(self, node: Any) -> None:
             if node.shutting_down:
                 return
@@ -117,7 +178,7 @@ def _lanes_scheduling() -> type:
                 return
             if self._pending_of(self.assigned_work[node]) > 2:
                 return
-            live = self._live()
+            live = [n for n in self.nodes if not n.shutting_down]
             keeper = max(live, key=lambda n: self._pending_of(self.assigned_work[n]))
             if node is not keeper:
                 node.shutdown()  # runs what it holds, then leaves (remove_node)
