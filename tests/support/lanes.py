@@ -50,8 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--lanes-record",
         action="store_true",
-        help="write every test's measured duration (setup + call + teardown) to "
-        "tests/durations.json, which orders the parallel run longest first",
+        help="write the measured duration (setup + call + teardown) of every test that ran "
+        "into tests/durations.json, which orders the parallel run longest first",
     )
 
 
@@ -103,10 +103,13 @@ class _Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[_plain_id(report.nodeid)] += report.duration
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if getattr(session.config, "workerinput", None) is not None:
             return  # a worker: the controller sees every report and writes once
-        ordered = {k: round(v, 2) for k, v in sorted(self.seconds.items())}
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            return  # a partial run measures nothing worth keeping
+        merged = {**measured_durations(), **self.seconds}  # a subset updates its own tests
+        ordered = {k: round(v, 2) for k, v in sorted(merged.items())}
         DURATIONS.write_text(json.dumps(ordered, indent=0) + "\n")
 
 
