@@ -25,6 +25,8 @@ from support.pulse import PulseServer
 
 from duplexctl.errors import BadInput, MissingDependency
 
+pytestmark = pytest.mark.realtime
+
 ROOT = Path(__file__).resolve().parent.parent
 MIC_RATE = 16000
 SPK_RATE = 24000

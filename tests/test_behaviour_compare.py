@@ -19,7 +19,7 @@ from duplexctl.behaviour.figures import Figures
 from duplexctl.load.recorder import Recorder
 from duplexctl.report import compare
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(400)]
 
 SESSIONS = "10"  # one interruption each: p50 is compared from 10 trials
 BEHAVIOUR = ("stop_latency_ms", "response_gap_ms", "takeover_rate", "no_response_rate")
@@ -51,6 +51,7 @@ def _report(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
 
 
+@pytest.mark.slow
 def test_load_writes_every_sessions_trials(runs: dict[str, Path]) -> None:
     lines = [json.loads(x) for x in (runs["a1"] / "behaviour.jsonl").read_text().splitlines()]
     assert len(lines) == int(SESSIONS)

@@ -19,7 +19,7 @@ from duplexctl.server.behaviour import Behaviour
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.model import SimulatedGpu
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
 
 
 def _load(url: str, scenario: str, out: Path, *args: str) -> dict:
@@ -32,6 +32,7 @@ def _load(url: str, scenario: str, out: Path, *args: str) -> dict:
     return dict(json.loads((out / "report.json").read_text()))
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 def test_stop_latency_and_takeover_rate_under_load(tmp_path: Path) -> None:
     with serving("--max-sessions", "8", "--behaviour", "stop-latency-ms=300") as url:
@@ -120,6 +121,7 @@ SATURATING = ("--gpu-slots", "2", "--unit-compute-ms", "300", "--chunk-ms", "200
 STOP_MS, GAP_MS = 500.0, 1500.0
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 def test_stop_latency_and_response_gap_grow_when_the_gpu_saturates(tmp_path: Path) -> None:
     """One session on two batch slots gets the configured behaviour back; eight sessions

@@ -25,7 +25,7 @@ from support.commands import duplexctl_cmd, free_port, serving
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 from duplexctl.behaviour.activity import voice_activity
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
 
 
 def replay(url: str, scenario: str, *args: str) -> tuple[int, dict[str, Any]]:
@@ -37,6 +37,7 @@ def replay(url: str, scenario: str, *args: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 def test_stop_latency_is_the_models_within_30_ms() -> None:
     for truth, code_expected in ((300.0, 0), (600.0, 1)):
@@ -52,6 +53,7 @@ def test_stop_latency_is_the_models_within_30_ms() -> None:
         assert code == code_expected, report["expectations"]
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 def test_response_gap_is_the_models_within_30_ms() -> None:
     with serving("--behaviour", "response-gap-ms=1000") as url:
@@ -68,6 +70,7 @@ def _binomial_tail(n: int, k: int, p: float) -> float:
     return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
 
 
+@pytest.mark.slow
 def test_takeover_rate_within_its_binomial_interval_over_50_pauses() -> None:
     p, runs = 0.5, 5  # 5 concurrent sessions x 10 pauses = 50 independent trials
     behaviour = f"takeover-on-pause={p}"
@@ -89,6 +92,7 @@ def test_takeover_rate_within_its_binomial_interval_over_50_pauses() -> None:
         assert code == (1 if figures["takeover"] else 0), report["expectations"]
 
 
+@pytest.mark.slow
 def test_a_polite_model_never_takes_over() -> None:
     with serving() as url:
         code, report = replay(url, "pause.toml")
@@ -138,6 +142,7 @@ def _sample(folder: Path) -> tuple[Any, Any, int]:
     return user, model, rate
 
 
+@pytest.mark.slow
 def test_full_duplex_bench_export_has_one_sample_per_event(tmp_path: Path) -> None:
     """``--out`` also writes Full-Duplex-Bench's layout; each pause sample's output holds the
     takeover (more than 1 s of speech starting inside the pause its pause.json names)."""
@@ -172,6 +177,7 @@ def _poisson_cdf(k: int, mean: float) -> float:
     return sum(math.exp(-mean) * mean**i / math.factorial(i) for i in range(k + 1))
 
 
+@pytest.mark.slow
 def test_backchannels_per_minute_within_their_poisson_interval(tmp_path: Path) -> None:
     """40 s of continuous voiced sound in one turn: the model backchannels 30 times a minute
     of it; the count read off the channels lies in the Poisson interval of that rate over
@@ -204,6 +210,7 @@ def test_backchannels_per_minute_within_their_poisson_interval(tmp_path: Path) -
     assert figures["no_response_rate"] == 0.0  # backchannels answer no turn: the end is answered
 
 
+@pytest.mark.slow
 def test_a_model_that_never_backchannels_fails_the_expectation() -> None:
     with serving() as url:
         code, report = replay(url, "backchannel.toml")

@@ -11,7 +11,7 @@ from support.commands import duplexctl_cmd, serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(120)]
 
 
 @pytest.mark.timing

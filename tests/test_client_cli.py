@@ -27,7 +27,7 @@ CLIP = str(ROOT / "recordings" / "short_ack.wav")
 CRASH_SIGNS = ("Traceback", "exception was never retrieved", "Error in ", "Fatal error")
 REPLAY_QUICK = ["--commit", "--turn-detection", "none", "--response-timeout-s", "3"]
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
 
 
 async def run_cli(*args: str, timeout: float = 120.0) -> tuple[int, str, str, float]:
@@ -78,6 +78,7 @@ HOSTILE_CAUSES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(HOSTILE_OPENS))
 @pytest.mark.parametrize("command", ["replay", "probe"])
 async def test_replay_and_probe_name_what_the_server_did(

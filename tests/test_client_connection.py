@@ -39,7 +39,7 @@ from duplexctl.protocol.client_state import (
 )
 from duplexctl.protocol.settings import SessionSettings
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(90)]
 
 SETTINGS = SessionSettings(instructions="You are a helpful voice assistant.")
 LIMIT = 2
@@ -89,6 +89,7 @@ def record_errors(conn: DuplexConnection) -> list[ErrorReceived]:
     return errors
 
 
+@pytest.mark.slow
 async def test_open_turn_close(server_url: str) -> None:
     options = ConnectionOptions(heartbeat_s=0.3, ack_interval_s=0.1)
     async with connect(server_url, SETTINGS, options=options) as conn:

@@ -45,6 +45,8 @@ from duplexctl.protocol import codec, server_events
 from duplexctl.protocol.client_state import AudioDelta, ClientSession
 from duplexctl.protocol.server_events import MAX_MS, MAX_RATE_HZ, SERVER_EVENTS, Kind
 
+pytestmark = pytest.mark.realtime
+
 #: the violation names the client may record (a new one must be added here on purpose)
 KNOWN_VIOLATIONS = {
     "binary_frame",
@@ -208,6 +210,7 @@ async def _replay_against(stream: list[str | bytes]) -> Any:
 @settings(
     max_examples=fuzz_examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+@pytest.mark.slow
 @given(rng=st.randoms(use_true_random=False))
 def test_replay_ends_cleanly_whatever_the_server_sends(rng: random.Random) -> None:
     stream = malformed_stream(rng, frames=14, mutation_rate=0.6)

@@ -23,7 +23,7 @@ from duplexctl.client.causes import ADMISSION, Cause
 from duplexctl.client.target import TlsPolicy
 from duplexctl.protocol.settings import SessionSettings
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(120)]
 
 SETTINGS = SessionSettings()
 FAST = ConnectionOptions(open_timeout_s=2.0, close_timeout_s=2.0)

@@ -95,6 +95,7 @@ async def _drive(profile: str, opening: dict[str, Any], batch: list[dict[str, An
     st.sampled_from([None, {"type": "server_vad"}]),
     batches,
 )
+@pytest.mark.slow
 def test_hostile_sessions_only_get_documented_answers(
     profile: str, patch: dict[str, Any], td: Any, batch: list[dict[str, Any]]
 ) -> None:

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from support.engine import OPEN_TURN, pcm16
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -14,6 +15,8 @@ from websockets.exceptions import ConnectionClosed
 from duplexctl.protocol import codec
 from duplexctl.server.app import start_server
 from duplexctl.server.config import ServerConfig
+
+pytestmark = pytest.mark.realtime
 
 CONFIG = ServerConfig(
     port=0, model_profile="turn", chunk_ms=200, ttfa_ms=100.0, realtime_factor=0.0, seed=1

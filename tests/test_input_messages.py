@@ -20,6 +20,8 @@ import soundfile
 from duplexctl.audio.source import load_audio
 from duplexctl.errors import MissingDependency
 
+pytestmark = pytest.mark.realtime
+
 ROOT = Path(__file__).resolve().parent.parent
 NOWHERE = "ws://127.0.0.1:9/v1/realtime?duplex=1"  # nobody listens: errors must come first
 

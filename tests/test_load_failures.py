@@ -27,6 +27,8 @@ from support.commands import (
     self_signed_tls_server,
 )
 
+pytestmark = pytest.mark.realtime
+
 
 @contextlib.contextmanager
 def nothing_listening(_tmp: Path) -> Iterator[str]:

@@ -33,7 +33,10 @@ from support.commands import (
 
 from duplexctl.load.lifeline import GRACE_S
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = [
+    pytest.mark.realtime,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+]
 
 #: Generous: the workers must be gone within GRACE_S of the parent's death; this allows for a
 #: loaded two-core machine several times over.

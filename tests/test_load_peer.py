@@ -20,7 +20,7 @@ from duplexctl.load.run import run_load
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = str(ROOT / "recordings" / "hello.wav")
 
-pytestmark = pytest.mark.peer
+pytestmark = [pytest.mark.realtime, pytest.mark.peer]
 
 
 @pytest.mark.timing

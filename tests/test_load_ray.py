@@ -47,7 +47,10 @@ from duplexctl.load.config import LoadConfig
 from duplexctl.report.histogram import HistogramSet
 from duplexctl.report.load_report import tally_of
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = [
+    pytest.mark.realtime,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+]
 
 # -- without a cluster ------------------------------------------------------------------------
 
@@ -116,6 +119,7 @@ def test_workers_per_node_without_ray_is_bad_usage() -> None:
 # -- on the cluster -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_spreads_over_the_nodes_and_merges_exactly(cluster: Any, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with serve("--max-sessions", "32", "--reply-seconds", "1") as (url, _server):
@@ -162,6 +166,7 @@ def assert_merged_exactly(out: Path, report: dict[str, Any]) -> None:
     assert report["figures"] == again["figures"]
 
 
+@pytest.mark.slow
 def test_ray_client_address_runs_the_workers_on_the_cluster(cluster: Any, tmp_path: Path) -> None:
     """``--ray ray://HOST:PORT`` (Ray Client: the driver outside the cluster) works with the
     ``ray`` extra alone: the run's actors land on both nodes and every session is closed.
@@ -183,6 +188,7 @@ def test_ray_client_address_runs_the_workers_on_the_cluster(cluster: Any, tmp_pa
     assert report["sessions"]["admitted"] >= 4 and report["turns"]["count"] > 0
 
 
+@pytest.mark.slow
 def test_live_seconds_add_up_to_the_cluster_totals_and_the_merged_run(
     cluster: Any, tmp_path: Path
 ) -> None:
@@ -232,6 +238,7 @@ def test_live_seconds_add_up_to_the_cluster_totals_and_the_merged_run(
     assert_merged_exactly(out, report)
 
 
+@pytest.mark.slow
 def test_open_loop_arrivals_are_split_by_seed(cluster: Any, tmp_path: Path) -> None:
     out = tmp_path / "open"
     args = ["--rate", "4", "--seed", "7", "--count", "10", "--workers", "2"]
@@ -296,6 +303,7 @@ def actor_pids() -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_driver_killed_every_actor_closes_its_sessions(cluster: Any) -> None:
     with serve("--max-sessions", "4", *GRACE_ARGS) as (url, _server):
         proc = subprocess.Popen(
@@ -318,6 +326,7 @@ def test_driver_killed_every_actor_closes_its_sessions(cluster: Any) -> None:
                 proc.kill()
 
 
+@pytest.mark.slow
 def test_a_node_killed_mid_run_is_reported_and_the_rest_goes_on(
     cluster: Any, tmp_path: Path
 ) -> None:

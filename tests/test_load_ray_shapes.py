@@ -25,6 +25,8 @@ from duplexctl.load.config import LoadConfig, Mix, split_ramp
 from duplexctl.load.script import scenario_for
 from duplexctl.scenario.model import Wait
 
+pytestmark = pytest.mark.realtime
+
 
 def sessions_of(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()]
@@ -54,6 +56,7 @@ def test_a_closed_loop_ramp_split_over_workers_adds_up_to_the_ramp(spec: str, wo
 # -- on the cluster -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_closed_loop_ramp_starts_each_user_when_the_cluster_wide_ramp_reaches_it(
     cluster: Any, tmp_path: Path
 ) -> None:
@@ -80,6 +83,7 @@ def test_closed_loop_ramp_starts_each_user_when_the_cluster_wide_ramp_reaches_it
     assert "ramp" in phases and "steady" in phases
 
 
+@pytest.mark.slow
 def test_open_loop_ramp_is_thinned_by_seed_and_a_failing_slo_exits_1(
     cluster: Any, tmp_path: Path
 ) -> None:
@@ -123,6 +127,7 @@ def planned_behaviours(seed: int, sessions: int, mix: Mix, waits: int) -> Counte
     return picked
 
 
+@pytest.mark.slow
 def test_mix_draws_each_workers_behaviours_from_its_own_seed(cluster: Any, tmp_path: Path) -> None:
     """``--mix`` with ``--seed``: every session runs to its end (``--count``), so each
     worker's behaviours are exactly those its seed draws, and the merged counts their sum."""
@@ -157,6 +162,7 @@ def test_mix_draws_each_workers_behaviours_from_its_own_seed(cluster: Any, tmp_p
     assert report["interruptions"]["attempted"] > 0
 
 
+@pytest.mark.slow
 def test_warmup_turns_stay_out_of_the_merged_figures_with_a_passing_slo_and_slot_release(
     cluster: Any, tmp_path: Path
 ) -> None:
@@ -191,6 +197,7 @@ def test_warmup_turns_stay_out_of_the_merged_figures_with_a_passing_slo_and_slot
     assert release["abrupt_drop"]["slot_release_ms"] >= 500  # the 1 s disconnect grace
 
 
+@pytest.mark.slow
 def test_find_capacity_spreads_every_step_over_the_cluster_and_finds_the_knee(
     cluster: Any, tmp_path: Path
 ) -> None:

@@ -13,9 +13,13 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
+pytestmark = pytest.mark.realtime
 
+
+@pytest.mark.slow
 def test_a_server_that_drops_every_connection_fails_the_drop_slo(tmp_path: Path) -> None:
     out = tmp_path / "run"
     server = ("--fault", "drop-after=12", "--reply-seconds", "1", "--chunk-ms", "200")

@@ -24,6 +24,8 @@ from duplexctl.load.run import run_load
 from duplexctl.report.histogram import LatencyHistogram
 from duplexctl.report.load_report import tally_of
 
+pytestmark = pytest.mark.realtime
+
 ROOT = Path(__file__).resolve().parent.parent
 REC = ROOT / "recordings"
 SHORT = str(REC / "short_ack.wav")
@@ -226,6 +228,7 @@ def test_a_run_longer_than_the_slice_cap_doubles_its_slices_exactly(tmp_path: Pa
     assert saved["slicing"] == slicing
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 def test_find_capacity_finds_the_gpu_knee() -> None:
     """The simulated GPU (1 slot, 100 ms per 200 ms output unit) saturates at N*:

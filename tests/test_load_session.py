@@ -26,7 +26,7 @@ from duplexctl.server.config import Fault, ServerConfig
 RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
 SHORT = RECORDINGS / "short_ack.wav"
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(120)]
 
 
 def _server(**kw: Any) -> ServerConfig:

@@ -25,6 +25,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+pytestmark = pytest.mark.realtime
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
 OLDEST = ROOT / "constraints-oldest.txt"

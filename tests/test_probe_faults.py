@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 from support.paths import free_port
 
+pytestmark = pytest.mark.realtime
+
 GRACE = ["--disconnect-grace-s", "3"]
 
 
@@ -70,6 +72,7 @@ def verdicts(report: dict[str, Any]) -> dict[str, str]:
     return {r["name"]: r["verdict"] for r in report["results"]}
 
 
+@pytest.mark.slow
 def test_every_probe_passes_against_the_embedded_reference_server() -> None:
     code, report, stderr = run_probe()
     assert "no --url" in stderr and "reference server" in stderr
@@ -94,6 +97,7 @@ def test_every_probe_passes_against_the_embedded_reference_server() -> None:
     ],
     ids=["leak-undelivered-created", "stuck-gate", "orphan-response", "control-fail-append"],
 )
+@pytest.mark.slow
 def test_only_the_matching_probe_fails(faults: list[str], expected_failures: set[str]) -> None:
     with serve(*GRACE, *faults) as url:
         code, report, _ = run_probe("--url", url, *GRACE)

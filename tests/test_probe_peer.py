@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.peer
+pytestmark = [pytest.mark.realtime, pytest.mark.peer]
 
 
+@pytest.mark.slow
 def test_probe_finds_the_abandoned_handshake_leak_on_the_peer(peer: Callable[..., Any]) -> None:
     srv = peer("--max-sessions", "2", "--disconnect-grace-s", "3")
     proc = subprocess.run(

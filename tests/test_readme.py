@@ -41,6 +41,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from support.commands import duplexctl_cmd, serve
 
+pytestmark = pytest.mark.realtime
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 

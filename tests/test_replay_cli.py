@@ -27,7 +27,7 @@ from duplexctl.cli import app
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "recordings"
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(120)]
 
 
 def _free_port() -> int:

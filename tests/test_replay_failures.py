@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "recordings"
 SHORT = RECORDINGS / "short_ack.wav"
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(120)]
 
 
 def _scenario(text: str) -> Any:
@@ -174,6 +174,7 @@ async def test_drops_and_resumes_are_visible_and_no_turn_is_silent() -> None:
             assert t["reason"]
 
 
+@pytest.mark.slow
 async def test_expectations_fail_on_drops() -> None:
     text = (
         '[settings]\nturn_detection = "none"\n'

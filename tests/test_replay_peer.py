@@ -19,7 +19,7 @@ from duplexctl.scenario.runner import ReplayResult, run_replay
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
 
-pytestmark = [pytest.mark.peer, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.realtime, pytest.mark.peer, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +52,7 @@ def _ok(result: ReplayResult) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timing
 async def test_spoken_turns_and_timings(peer_url: str) -> None:
     # one turn ended by server VAD, one committed by the client
@@ -77,6 +78,7 @@ async def test_spoken_turns_and_timings(peer_url: str) -> None:
     assert _fig(vad, "ttfa_ms") > _fig(committed, "ttfa_ms")
 
 
+@pytest.mark.slow
 async def test_response_cancel(peer_url: str) -> None:
     result = await _replay(peer_url, file="cancel.toml")
     _ok(result)
@@ -85,6 +87,7 @@ async def test_response_cancel(peer_url: str) -> None:
     assert _fig(first, "cancel_ack_ms") < 500
 
 
+@pytest.mark.slow
 async def test_server_vad_barge_in(peer_url: str) -> None:
     result = await _replay(peer_url, file="barge_in.toml")
     _ok(result)
@@ -94,6 +97,7 @@ async def test_server_vad_barge_in(peer_url: str) -> None:
     assert second["outcome"] == "spoke"
 
 
+@pytest.mark.slow
 async def test_drop_and_resume(peer_url: str) -> None:
     result = await _replay(peer_url, file="resume.toml")
     _ok(result)

@@ -24,7 +24,7 @@ from duplexctl.server.config import ServerConfig
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(120)]
 
 
 async def _replay(
@@ -78,6 +78,7 @@ async def test_ttfa_created_matches_the_injected_latency() -> None:
         assert _fig(t, "audio_ms") == pytest.approx(600, abs=1)
 
 
+@pytest.mark.slow
 async def test_scripted_barge_in_is_cancelled_with_figures() -> None:
     result = await _replay(None, _server(), scenario_file="barge_in.toml")
     assert result.exit_code == 0, (result.failed_expectations, result.report["problems"])
@@ -92,6 +93,7 @@ async def test_scripted_barge_in_is_cancelled_with_figures() -> None:
     assert _fig(first, "post_interrupt_ttfa_ms") == _fig(second, "ttfa_ms")
 
 
+@pytest.mark.slow
 async def test_response_cancel_is_acknowledged() -> None:
     result = await _replay(None, _server(), scenario_file="cancel.toml")
     assert result.exit_code == 0, (result.failed_expectations, result.report["problems"])
@@ -102,6 +104,7 @@ async def test_response_cancel_is_acknowledged() -> None:
     assert result.report["turns"][1]["outcome"] == "spoke"
 
 
+@pytest.mark.slow
 async def test_drop_and_resume_without_gaps_or_duplicates() -> None:
     result = await _replay(None, _server(), scenario_file="resume.toml")
     assert result.exit_code == 0, (result.failed_expectations, result.report["problems"])

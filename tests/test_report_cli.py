@@ -14,6 +14,8 @@ from duplexctl.load.config import LoadConfig
 from duplexctl.load.run import run_load
 from duplexctl.report.load_report import tally_of
 
+pytestmark = pytest.mark.realtime
+
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = str(ROOT / "recordings" / "short_ack.wav")
 

@@ -20,6 +20,8 @@ from support.commands import ROOT, SHORT, ctrl_c_when, duplexctl_cmd, saved_load
 from duplexctl.prometheus.summary import explain_knee
 from duplexctl.report.html import load_page, page
 
+pytestmark = pytest.mark.realtime
+
 
 def assert_clean(seen: Opened, *, min_charts: int) -> None:
     assert seen.problems() == []
@@ -39,6 +41,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return a, b
 
 
+@pytest.mark.slow
 @needs_browser
 def test_load_out_writes_a_page_that_renders_offline(
     two_runs: tuple[Path, Path], tmp_path: Path
@@ -100,6 +103,7 @@ def test_report_html_refuses_a_directory_and_an_input(two_runs: tuple[Path, Path
         assert done.stderr.count("\n") == 1 and "--html" in done.stderr
 
 
+@pytest.mark.slow
 @needs_browser
 def test_ctrl_c_leaves_a_page_of_the_partial_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
@@ -143,6 +147,7 @@ _SERVER_FACTS = """({
 })"""
 
 
+@pytest.mark.slow
 @needs_browser
 def test_server_metrics_of_a_load_on_serve_share_the_latency_time_axis(tmp_path: Path) -> None:
     """A load against ``duplexctl serve`` (its real /metrics scraped): the page draws the
@@ -226,6 +231,7 @@ def test_the_api_key_is_never_in_the_command_line() -> None:
     assert "sekrit" not in line and line.startswith("duplexctl load")
 
 
+@pytest.mark.slow
 def test_an_hour_long_run_stays_under_5_mb() -> None:
     spec = importlib.util.spec_from_file_location("html_size", ROOT / "bench" / "html_size.py")
     assert spec is not None and spec.loader is not None
@@ -237,6 +243,7 @@ def test_an_hour_long_run_stays_under_5_mb() -> None:
     assert len(html.encode()) < 5_000_000
 
 
+@pytest.mark.slow
 @needs_browser
 def test_capacity_search_page_shows_the_steps_and_the_knee(tmp_path: Path) -> None:
     out = saved_load_run(
@@ -261,6 +268,7 @@ def test_capacity_search_page_shows_the_steps_and_the_knee(tmp_path: Path) -> No
     assert seen.facts["serverSteps"] == ["running requests", "waiting requests"]
 
 
+@pytest.mark.slow
 @needs_browser
 def test_the_knee_is_explained_in_server_terms_beside_the_steps(tmp_path: Path) -> None:
     """A search on ``duplexctl serve`` (one batch slot: replies run and queue); the knee text

@@ -16,7 +16,7 @@ from support.commands import ROOT, duplexctl_cmd, serving
 
 from duplexctl.audio.manifest import DEFAULT_DIR as RECORDINGS
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(300)]
 
 BEHAVIOUR_TABLE = """({
   rows: Object.fromEntries(Array.from(document.querySelectorAll('#behaviour-table tr')).slice(1)
@@ -34,6 +34,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @needs_browser
 def test_replay_page_shows_the_behaviour_table_and_its_expectation(tmp_path: Path) -> None:
     out = tmp_path / "run"
@@ -63,6 +64,7 @@ def test_replay_page_shows_the_behaviour_table_and_its_expectation(tmp_path: Pat
     assert seen.facts["verdict"] == "PASS"
 
 
+@pytest.mark.slow
 @needs_browser
 def test_load_page_has_the_conversation_behaviour_group(tmp_path: Path) -> None:
     out = tmp_path / "load"

@@ -15,6 +15,8 @@ from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
 from duplexctl.report import compare
 
+pytestmark = pytest.mark.realtime
+
 SERVER = ("--max-sessions", "16", "--reply-seconds", "0.5", "--ttfa-jitter-ms", "50", "--seed", "1")
 
 
@@ -47,6 +49,7 @@ def _report(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_a_flags_nothing(runs: dict[str, Path]) -> None:
     done = _report(
         str(runs["a1"]), str(runs["a2"]), "--compare", "--fail-on-regression", "5", "--json"

@@ -12,6 +12,8 @@ import pytest
 from support.browser import Opened, needs_browser, open_page, screenshot_path
 from support.commands import ROOT, ctrl_c_when, duplexctl_cmd, serve
 
+pytestmark = pytest.mark.realtime
+
 SCENARIOS = ROOT / "duplexctl" / "recordings"
 
 
@@ -48,6 +50,7 @@ AUDIO_AND_TURNS = """(async () => {
 })()"""
 
 
+@pytest.mark.slow
 @needs_browser
 def test_replay_out_page_has_the_timeline_turns_and_playable_audio(
     barge_in: Path, tmp_path: Path
@@ -81,6 +84,7 @@ def test_report_html_renders_a_saved_replay(barge_in: Path, tmp_path: Path) -> N
     _clean(open_page(out, screenshot_path(tmp_path, "replay-rerendered")))
 
 
+@pytest.mark.slow
 @needs_browser
 def test_replay_ctrl_c_leaves_a_page(tmp_path: Path) -> None:
     out = tmp_path / "run"
@@ -105,6 +109,7 @@ def test_replay_ctrl_c_leaves_a_page(tmp_path: Path) -> None:
     assert seen.facts["rules"] >= 2  # what happened before the stop is on the timeline
 
 
+@pytest.mark.slow
 @needs_browser
 def test_probe_out_failure_shows_its_evidence(tmp_path: Path) -> None:
     out = tmp_path / "probe"

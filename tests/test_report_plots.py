@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 from duplexctl.cli import app
 
+pytestmark = pytest.mark.realtime
+
 matplotlib.use("Agg")
 
 
@@ -51,6 +53,7 @@ def plot(tmp_path: Path, *results: Path) -> None:
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.slow
 def test_time_plots_span_the_run_from_zero(
     runs: tuple[Path, Path], tmp_path: Path, saved_figures: dict[str, Any]
 ) -> None:

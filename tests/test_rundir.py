@@ -20,6 +20,8 @@ from duplexctl.cli import app
 from duplexctl.errors import BadInput
 from duplexctl.rundir import MARKER, prepare_run_dir
 
+pytestmark = pytest.mark.realtime
+
 
 def prepare(path: Path, overwrite: bool = False) -> Path:
     return prepare_run_dir(path, flag="--out", overwrite=overwrite, command="test")

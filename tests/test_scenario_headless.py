@@ -25,7 +25,7 @@ from duplexctl.server.config import ServerConfig
 RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
 SHORT = RECORDINGS / "short_ack.wav"
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(120)]
 
 SAY_CANCEL_SAY = f"""
 [settings]

@@ -29,6 +29,8 @@ from support.server import OPEN_SESSION, abort_client, dial, recv_until, running
 from duplexctl.server.registry import Emit, Engine, EngineLike, default_engine
 from duplexctl.server.session import EngineSession
 
+pytestmark = pytest.mark.realtime
+
 SPEECH = base64.b64encode(
     (0.3 * np.sin(2 * np.pi * 300 * np.arange(4800) / 16000) * 32767).astype("<i2").tobytes()
 ).decode()
@@ -79,6 +81,7 @@ async def _turn(ws: Any, how: str) -> None:
         await recv_until(ws, "response.done", timeout=10)
 
 
+@pytest.mark.slow
 async def test_closed_and_expired_sessions_leave_nothing_behind(no_cycle_collector: None) -> None:
     refs: list[weakref.ref[Any]] = []
     from support.server import small_config

@@ -6,7 +6,10 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from support.commands import HELLO, ROOT, duplexctl_cmd
+
+pytestmark = pytest.mark.realtime
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -15,6 +18,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_replay_writes_the_servers_side_of_the_run(tmp_path: Path) -> None:
     out = tmp_path / "replay"
     run = _run("replay", HELLO, "--out", str(out), "--scrape-interval", "0.2")

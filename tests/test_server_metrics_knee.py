@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
+pytestmark = pytest.mark.realtime
+
 
 @pytest.mark.timing
 @pytest.mark.slow

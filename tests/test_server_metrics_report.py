@@ -7,9 +7,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from support.commands import ROOT, duplexctl_cmd, saved_load_run
 
 from duplexctl.report.plots import draw
+
+pytestmark = pytest.mark.realtime
 
 
 def _report(*args: str) -> subprocess.CompletedProcess[str]:
@@ -41,6 +44,7 @@ def test_report_summarises_again_from_server_metrics_jsonl(tmp_path: Path) -> No
     assert "server metrics (scraped every 0.2 s)" in printed.stdout
 
 
+@pytest.mark.slow
 def test_report_merges_each_runs_server_metrics_beside_the_others(tmp_path: Path) -> None:
     a = saved_load_run(tmp_path / "a", "--scrape-interval", "0.2")
     b = saved_load_run(tmp_path / "b", "--scrape-interval", "0.2")

@@ -23,6 +23,8 @@ from duplexctl.prometheus.endpoints import default_endpoint, parse_endpoint, res
 from duplexctl.prometheus.scraper import Scraper
 from duplexctl.prometheus.store import Store
 
+pytestmark = pytest.mark.realtime
+
 GOOD_BODY = (
     b"# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
     b"# TYPE vllm:num_requests_waiting gauge\n"

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.commands import run_cli_async
 
 from duplexctl.server.app import RunningServer, start_server
@@ -27,6 +28,8 @@ from duplexctl.server.registry import Emit, Engine, EngineLike, default_engine
 from duplexctl.talk.config import InputFileSpec, TalkConfig
 from duplexctl.talk.session import run_talk
 from duplexctl.talk.view import PlainView
+
+pytestmark = pytest.mark.realtime
 
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = ROOT / "recordings" / "hello.wav"

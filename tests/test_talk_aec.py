@@ -50,6 +50,8 @@ from duplexctl.talk.inputs import InputBlock
 from duplexctl.talk.session import TalkResult, TalkSession
 from duplexctl.talk.view import PlainView
 
+pytestmark = pytest.mark.realtime
+
 ROOT = Path(__file__).resolve().parent.parent
 REC = ROOT / "recordings"
 RATE = 16000
@@ -304,6 +306,7 @@ async def test_sixty_second_conversation_on_speakers(tmp_path: Path, echo_path: 
     assert '"aec"' in report and '"erle_db"' in report
 
 
+@pytest.mark.slow
 @pytest.mark.audio
 async def test_without_aec_the_same_path_barges_in_on_itself(
     tmp_path: Path, echo_path: EchoPath
@@ -366,6 +369,7 @@ async def stop_after_user_speech(tmp_path: Path, path: EchoPath) -> float:
     return stop_ms
 
 
+@pytest.mark.slow
 @pytest.mark.audio
 async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path: EchoPath) -> None:
     """The detector, deciding on the cancelled signal, still hears the user over the

@@ -34,7 +34,7 @@ REC = ROOT / "recordings"
 MIC_RATE = 16000
 LOUD = 0.05  # the tone is ~0.5 peak; silence is digital zero
 
-pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse_server")]
+pytestmark = [pytest.mark.realtime, pytest.mark.audio, pytest.mark.usefixtures("pulse_server")]
 
 
 class MonitorCapture:
@@ -106,6 +106,7 @@ def events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 async def test_assistant_tone_comes_out_of_the_output_device(tmp_path: Path) -> None:
     """hello.wav in; the 2 s 440 Hz reply is captured back from the sink's monitor."""
     reply_s = 2.0

@@ -43,6 +43,8 @@ import ctypes.util, sys
 _real = ctypes.util.find_library
 ctypes.util.find_library = lambda name: None if "portaudio" in name else _real(name)
 from duplexctl.cli import main
+
+pytestmark = pytest.mark.realtime
 sys.argv = ["duplexctl", *sys.argv[1:]]
 main()
 """
