@@ -8,7 +8,8 @@
   skipped when the peer's environment has not been built (the kit's ``setup.sh``).
 * ``engine_kind``: ``stub`` or ``real``, the engine a transport test's server runs.
 * ``cluster``: the one two-node Ray cluster of the test session (``support.cluster``).
-* ``pulse_server``: the one private PulseAudio of the test session (``support.pulse``).
+* ``pulse_daemon`` / ``pulse_server``: the one private PulseAudio of the test session
+  (``support.pulse``), and a test pointed at it.
 * ``hostile_server``: a misbehaving server for one test (``support.hostile_servers``).
 * one headless Chromium per test process, closed at the end (``support.browser``).
 
@@ -86,9 +87,11 @@ if sys.platform == "win32":  # pragma: no cover
 
 
 @pytest.fixture(scope="session")
-def pulse_server() -> Iterator[Any]:
-    """The test session's private PulseAudio (support/pulse.py), PortAudio re-initialised to
-    see it and again after it stops. Skips when pulseaudio or PortAudio is missing."""
+def pulse_daemon() -> Iterator[Any]:
+    """The test session's private PulseAudio (support/pulse.py), started once. Skips when
+    pulseaudio or PortAudio is missing. Nothing points the process at it: that is
+    ``pulse_server``'s, per test, so tests that run later in the same worker (and the
+    processes they start) never find a sound server they did not ask for."""
     from support.pulse import pulseaudio_available, start_pulse
 
     if not pulseaudio_available():
@@ -97,17 +100,26 @@ def pulse_server() -> Iterator[Any]:
         import sounddevice  # noqa: F401
     except (OSError, ImportError):
         pytest.skip("PortAudio not installed (apt-get install libportaudio2)")
-    from duplexctl.audio import devices
-
     server = start_pulse()
     try:
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in server.env.items():
-                mp.setenv(key, value)
-            devices.reinitialize()
-            yield server
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def pulse_server(pulse_daemon: Any) -> Iterator[Any]:
+    """The private PulseAudio for one test: its environment set (``PULSE_SERVER`` …) and
+    PortAudio re-initialised to see it; both undone after the test."""
+    from duplexctl.audio import devices
+
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in pulse_daemon.env.items():
+                mp.setenv(key, value)
+            devices.reinitialize()
+            yield pulse_daemon
+    finally:
         devices.reinitialize()
 
 

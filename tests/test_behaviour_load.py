@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cli import invoke
 from support.commands import duplexctl_cmd, serving
 from support.engine import Harness, turn_config
 
@@ -158,10 +159,11 @@ def test_stop_latency_and_response_gap_grow_when_the_gpu_saturates(tmp_path: Pat
 
 
 def test_load_refuses_a_pause_its_server_vad_would_end() -> None:
-    cmd = duplexctl_cmd("load", str(RECORDINGS / "pause.toml"), "--sessions", "1", "--count", "1")
-    cmd += ["--turn-detection", "server_vad", "--vad-silence-ms", "1000"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 2
+    done = invoke(
+        "load", str(RECORDINGS / "pause.toml"), "--sessions", "1", "--count", "1",
+        "--turn-detection", "server_vad", "--vad-silence-ms", "1000",
+    )  # fmt: skip
+    assert done.code == 2
     assert done.stderr.strip() == (
         f"duplexctl: error: {RECORDINGS / 'pause.toml'}: step 2: pause: 1500 ms would end the "
         "turn: server VAD commits after 1000 ms of silence (use a shorter pause or a longer "

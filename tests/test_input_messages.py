@@ -2,7 +2,8 @@
 
 A WAV too short or cut short said "no speech found"; it now says what the file holds. ``talk``
 on a machine without a sound server now says so and names the ways to talk without one
-(``--output-device none``, ``--input-file``). Each runs the real CLI, as a user would.
+(``--output-device none``, ``--input-file``). Each runs the real CLI: the input checks in this process (support.cli), talk's device
+checks as a process of their own (what a process finds on the machine is the point there).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+from support.cli import invoke
+from support.cli import one_line as one_line_of
 
 from duplexctl.audio.source import load_audio
 from duplexctl.errors import MissingDependency
@@ -69,10 +72,10 @@ def truncated_wav(tmp_path: Path) -> Path:
 
 
 def test_a_short_wav_says_what_it_holds(short_wav: Path) -> None:
-    proc = run_cli("replay", str(short_wav), "--url", NOWHERE)
-    line = one_line(proc)
+    done = invoke("replay", str(short_wav), "--url", NOWHERE)
+    line = one_line_of(done.stderr)
     print(line)
-    assert proc.returncode == 2
+    assert done.code == 2
     assert f"{short_wav}: file holds 28 samples (1.75 ms) at 16000 Hz" in line
     assert "too short to hold speech" in line
 
@@ -80,10 +83,10 @@ def test_a_short_wav_says_what_it_holds(short_wav: Path) -> None:
 def test_a_truncated_wav_says_it_is_truncated(truncated_wav: Path) -> None:
     path = str(truncated_wav)
     for command in (["replay", path], ["load", path, "--count", "1", "--sessions", "1"]):
-        proc = run_cli(*command, "--url", NOWHERE)
-        line = one_line(proc)
+        done = invoke(*command, "--url", NOWHERE)
+        line = one_line_of(done.stderr)
         print(line)
-        assert proc.returncode == 2
+        assert done.code == 2
         assert "file holds 28 samples (1.75 ms) at 16000 Hz" in line
         assert "truncated (its header declares 16000 samples, 1000 ms)" in line
 
@@ -91,7 +94,7 @@ def test_a_truncated_wav_says_it_is_truncated(truncated_wav: Path) -> None:
 def test_silence_says_how_long_it_is(tmp_path: Path) -> None:
     path = tmp_path / "silence.wav"
     soundfile.write(path, np.zeros(32000, dtype=np.float32), 16000, subtype="PCM_16")
-    line = one_line(run_cli("replay", str(path), "--url", NOWHERE))
+    line = one_line_of(invoke("replay", str(path), "--url", NOWHERE).stderr)
     assert "file holds 32000 samples (2000 ms) at 16000 Hz; no speech found in it" in line
 
 

@@ -7,14 +7,13 @@ tests/test_settings_precedence.py; what reaches the wire is tests/test_settings_
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import soundfile
+from support.cli import invoke, one_line
 
 from duplexctl.errors import BadInput
 from duplexctl.resolver import (
@@ -224,16 +223,9 @@ def test_the_scenario_layer_is_checked_with_the_same_rules(tmp_path: Path) -> No
 def test_cli_refuses_before_connecting(args: list[str], message: str) -> None:
     """The URL names a port nobody listens on: a value error is exit 2, never exit 3."""
     url = "ws://127.0.0.1:9/v1/realtime?duplex=1"
-    proc = subprocess.run(
-        [sys.executable, "-m", "duplexctl", *args, "--url", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == 2, proc.stderr
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+    done = invoke(*args, "--url", url)
+    assert done.code == 2, done.stderr
+    assert message in one_line(done.stderr)
 
 
 def test_the_help_states_the_defaults_of_the_table() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from support.cli import invoke, one_line
 from support.commands import ROOT, SHORT, duplexctl_cmd, free_port
 
 from duplexctl.errors import BadInput
@@ -119,16 +120,9 @@ def test_flagged_endpoints_are_checked_and_get_no_api_key() -> None:
 
 def test_bad_options_are_one_line_and_exit_2() -> None:
     for args in (["--server-metrics", "ftp://x"], ["--scrape-interval", "0"]):
-        run = subprocess.run(
-            duplexctl_cmd("load", SHORT, "--sessions", "1", "--duration", "1s", *args),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-        )
-        assert run.returncode == 2, run.stderr
-        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
-        assert "Traceback" not in run.stderr
+        done = invoke("load", SHORT, "--sessions", "1", "--duration", "1s", *args)
+        assert done.code == 2, done.stderr
+        one_line(done.stderr)
 
 
 def test_hostile_endpoints_warn_once_each_and_scraping_goes_on() -> None:

@@ -98,10 +98,10 @@ def routed(**env: str) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def echo_path(pulse_server: Any) -> Iterator[EchoPath]:
-    path = add_echo_path(pulse_server, delay_ms=50, gain_db=-10.0)
+def echo_path(pulse_daemon: Any) -> Iterator[EchoPath]:
+    path = add_echo_path(pulse_daemon, delay_ms=50, gain_db=-10.0)
     yield path
-    remove_echo_path(pulse_server, path)
+    remove_echo_path(pulse_daemon, path)
 
 
 @dataclass
@@ -262,6 +262,7 @@ def capture_lag_ms(conv: Conversation) -> float:
 # --- through the real echo path ---------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("pulse_server")
 @pytest.mark.audio
 @pytest.mark.slow
 async def test_sixty_second_conversation_on_speakers(tmp_path: Path, echo_path: EchoPath) -> None:
@@ -306,6 +307,7 @@ async def test_sixty_second_conversation_on_speakers(tmp_path: Path, echo_path: 
     assert '"aec"' in report and '"erle_db"' in report
 
 
+@pytest.mark.usefixtures("pulse_server")
 @pytest.mark.slow
 @pytest.mark.audio
 async def test_without_aec_the_same_path_barges_in_on_itself(
@@ -369,6 +371,7 @@ async def stop_after_user_speech(tmp_path: Path, path: EchoPath) -> float:
     return stop_ms
 
 
+@pytest.mark.usefixtures("pulse_server")
 @pytest.mark.slow
 @pytest.mark.audio
 async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path: EchoPath) -> None:
@@ -377,6 +380,7 @@ async def test_user_speech_over_the_assistant_stops_it(tmp_path: Path, echo_path
     await stop_after_user_speech(tmp_path, echo_path)
 
 
+@pytest.mark.usefixtures("pulse_server")
 @pytest.mark.timing
 @pytest.mark.audio
 @pytest.mark.slow
@@ -397,6 +401,7 @@ async def test_stop_meets_the_issues_150_ms(tmp_path: Path, echo_path: EchoPath)
     assert median <= STOP_TARGET_MS, f"median stop {median:.0f} ms > {STOP_TARGET_MS:.0f} ms"
 
 
+@pytest.mark.usefixtures("pulse_server")
 @pytest.mark.audio
 async def test_missing_binding_is_one_line_and_talk_goes_on(
     tmp_path: Path, echo_path: EchoPath, monkeypatch: pytest.MonkeyPatch, capsys: Any

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import invoke
 from support.commands import run_cli_async
 
 from duplexctl.client.connection import DuplexConnection
@@ -107,12 +108,12 @@ def test_talk_without_a_sound_card_still_works_with_output_none() -> None:
 
 
 def test_bad_options_are_one_line_exit_2(tmp_path: Path) -> None:
-    proc = run_cli("talk", "--barge-in", "maybe", "--output-device", "none")
-    assert proc.returncode == 2
-    assert "--barge-in must be one of client, server, off" in one_line_error(proc.stderr)
-    proc = run_cli("talk", "--input-file", str(tmp_path / "missing.wav"))
-    assert proc.returncode == 2
-    assert "no such file" in one_line_error(proc.stderr)
+    done = invoke("talk", "--barge-in", "maybe", "--output-device", "none")
+    assert done.code == 2
+    assert "--barge-in must be one of client, server, off" in one_line_error(done.stderr)
+    done = invoke("talk", "--input-file", str(tmp_path / "missing.wav"))
+    assert done.code == 2
+    assert "no such file" in one_line_error(done.stderr)
 
 
 # --- server problems ------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import pytest
 #: the group every test marked ``timing`` is put in; run last, alone
 SERIAL = "serial"
 #: fixture -> the group of every test that uses it (directly or through another fixture)
-RESOURCE_GROUPS = {"cluster": "ray", "pulse_server": "pulse", "peer": "peer"}
+RESOURCE_GROUPS = {"cluster": "ray", "pulse_daemon": "pulse", "peer": "peer"}
 #: marker -> the group it implies (a module marks its ``audio`` tests, which share the daemon)
 MARKER_GROUPS = {"cluster": "ray", "audio": "pulse", "peer": "peer"}
 #: the measured durations the scheduler orders the work by
