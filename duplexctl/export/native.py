@@ -49,6 +49,10 @@ class NativeHistogram:
     zero_threshold: float = ZERO_THRESHOLD
 
 
+#: a histogram before its first sample (what a new series starts from: rates count from it)
+EMPTY: Final = NativeHistogram(0, 0.0, 0, [], [], [], [])
+
+
 def native(hist: LatencyHistogram, to_base: float = 1.0) -> NativeHistogram:
     """``hist`` (values × ``to_base`` = the base unit) as a native histogram."""
     lows, highs, counts = hist.bucket_arrays()

@@ -21,6 +21,11 @@ How a push never stalls or fails the run:
 * **Dropped and counted, said once.** A push that fails (refused, timed out, an HTTP error)
   is dropped, counted by reason, and the first one prints one line; report.json's
   ``prometheus_remote_write`` has the counts. Nothing is retried: the next push is newer.
+* **Rates from the first sample.** A counter or histogram that first appears with samples
+  already counted (the first turn, the first ``no_response``) also gets a zero at the last
+  push the receiver took (the run's start before the first): it was zero then, and without
+  that point PromQL's ``rate`` and ``increase`` would miss everything it counted up to its
+  first push.
 * **Native histograms where the receiver takes them.** A receiver that refuses them (a
   Prometheus without ``--enable-feature=native-histograms`` answers "native histograms are
   disabled") gets the same push again with the latency figures as percentiles, and every
@@ -107,6 +112,10 @@ class Pusher:
         self._lock = threading.Lock()
         self._said = False
         self._last_ms = 0
+        #: counters and histograms the receiver has taken a sample of, and when it last took
+        #: a push (the run's start before the first): where a new series gets its zero
+        self._known: set[tuple[tuple[str, str], ...]] = set()
+        self._last_ok_ms = int(time.time() * 1000)
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         self._thread = threading.Thread(target=self._run, name="prometheus-rw", daemon=True)
 
@@ -177,7 +186,8 @@ class Pusher:
     def _push(self, batch: Batch) -> None:
         self.stats.pushes += 1
         at = self._timestamp()
-        body, series = encode(batch, self.labels, self.mode, at, self.stats)
+        zeros = Zeros(self._known, self._last_ok_ms)
+        body, series = encode(batch, self.labels, self.mode, at, self.stats, zeros)
         answer = self._send(body)
         if answer is not None and self.mode == NATIVE and refuses_native(answer):
             self.mode = PERCENTILES
@@ -186,11 +196,14 @@ class Pusher:
                 f"note: --prometheus-rw {self.endpoint.url} takes no native histograms "
                 f"({answer}): latency figures are pushed as percentiles from now on"
             )
-            body, series = encode(batch, self.labels, self.mode, at, self.stats)
+            zeros = Zeros(self._known, self._last_ok_ms)
+            body, series = encode(batch, self.labels, self.mode, at, self.stats, zeros)
             answer = self._send(body)
         if answer is None:
             self.stats.sent += 1
             self.stats.series, self.stats.bytes = series, len(body)
+            self._known |= zeros.added
+            self._last_ok_ms = at
         else:
             self._dropped(answer)
 
@@ -259,31 +272,70 @@ def refuses_native(answer: str) -> bool:
 # -- encoding --------------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class Zeros:
+    """Which counters and histograms get a zero first (see the module docstring): those not
+    in ``known``, at ``at_ms``; ``added`` collects the ones a push carries."""
+
+    known: set[tuple[tuple[str, str], ...]]
+    at_ms: int
+    added: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
+
+    def first(self, key: tuple[tuple[str, str], ...]) -> bool:
+        """Whether ``key`` is new (its zero goes first); remembered either way."""
+        self.added.add(key)
+        return key not in self.known
+
+
 def encode(
-    batch: Batch, labels: Labels, mode: str, at_ms: int, stats: Stats | None = None
+    batch: Batch,
+    labels: Labels,
+    mode: str,
+    at_ms: int,
+    stats: Stats | None = None,
+    zeros: Zeros | None = None,
 ) -> tuple[bytes, int]:
     """The snappy-compressed ``WriteRequest`` of ``batch`` at ``at_ms``; (body, series)."""
     import cramjam
 
-    request = write_request(batch, labels, mode, at_ms, stats)
+    request = write_request(batch, labels, mode, at_ms, stats, zeros)
     raw = request.SerializeToString()
     return bytes(cramjam.snappy.compress_raw(raw)), len(request.timeseries)
 
 
 def write_request(
-    batch: Batch, labels: Labels, mode: str, at_ms: int, stats: Stats | None = None
+    batch: Batch,
+    labels: Labels,
+    mode: str,
+    at_ms: int,
+    stats: Stats | None = None,
+    zeros: Zeros | None = None,
 ) -> Any:
-    """The ``WriteRequest`` message of ``batch`` (see :func:`encode`)."""
+    """The ``WriteRequest`` message of ``batch`` (see :func:`encode`); counters and
+    histograms new to ``zeros`` get a zero sample first."""
     m = prompb.messages()
     request = m["WriteRequest"]()
     used: set[str] = set()
     base = dict(labels) | dict(batch.labels)
 
-    def add(name: str, extra: Iterable[tuple[str, str]], value: float) -> None:
+    def series(name: str, extra: Iterable[tuple[str, str]]) -> tuple[Any, bool]:
         ts = request.timeseries.add()
-        for key, val in sorted({**base, **dict(extra), "__name__": name}.items()):
-            ts.labels.add(name=key, value=val)
+        key = tuple(sorted({**base, **dict(extra), "__name__": name}.items()))
+        for label, val in key:
+            ts.labels.add(name=label, value=val)
+        cumulative = name.endswith(("_total", "_count", "_sum")) or name in histogram_names
+        return ts, zeros is not None and cumulative and zeros.first(key)
+
+    def add(name: str, extra: Iterable[tuple[str, str]], value: float) -> None:
+        ts, new = series(name, extra)
+        if new and value != 0:
+            assert zeros is not None
+            ts.samples.add(value=0.0, timestamp=zeros.at_ms)
         ts.samples.add(value=value, timestamp=at_ms)
+
+    histogram_names = (
+        {names.HISTOGRAMS[f].name for f in names.HISTOGRAMS} if mode == NATIVE else set()
+    )
 
     by_node: dict[str | None, list[ExportState]] = {}
     for node, state in batch.sources.values():
@@ -302,10 +354,10 @@ def write_request(
             assert family is not None
             used.add(family.name)
             if mode == NATIVE:
-                ts = request.timeseries.add()
-                merged = {**base, **dict((*where, *extra)), "__name__": family.name}
-                for key, val in sorted(merged.items()):
-                    ts.labels.add(name=key, value=val)
+                ts, new = series(family.name, (*where, *extra))
+                if new and hist.count:
+                    assert zeros is not None
+                    _fill(ts.histograms.add(), native.EMPTY, zeros.at_ms)
                 _fill(ts.histograms.add(), native.native(hist, family.to_base), at_ms)
                 continue
             for q, value in native.percentiles(hist, family.to_base).items():
