@@ -75,11 +75,11 @@ def _slo_case(slo: Mapping[str, Any]) -> Case:
     actual = slo.get("actual")
     n = slo.get("n")
     said = "no samples" if actual is None else f"actual {actual:g}"
-    if n is not None:
+    if actual is not None and n is not None:
         said += f" (n={n})"
     if slo.get("low_n"):
         said += ", p99 from fewer than 100 samples"
-    if slo.get("reason"):
+    if slo.get("reason") and actual is not None:
         said += f"; {slo['reason']}"
     return Case(
         name=str(slo["expr"]),
