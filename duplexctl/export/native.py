@@ -102,13 +102,20 @@ def _buckets(magnitudes: np.ndarray, counts: np.ndarray) -> tuple[list[tuple[int
 
 
 def percentiles(hist: LatencyHistogram, to_base: float = 1.0) -> dict[float, float]:
-    """:data:`QUANTILES` of ``hist`` in the base unit (the report's percentile rule)."""
-    found = hist.percentiles(QUANTILES.values())
+    """:data:`QUANTILES` of ``hist`` in the base unit, by the report's rule
+    (:meth:`~duplexctl.report.histogram.LatencyHistogram.percentiles`: the upper end of the
+    bucket holding rank ``max(1, round(p/100 × n))``), over the bucket arrays at once: a push
+    thread holding the GIL for a Python walk over thousands of buckets would delay the
+    event loop."""
+    _lows, highs, counts = hist.bucket_arrays()
+    n = int(counts.sum())
+    if n == 0:
+        return {}
+    cumulative = np.cumsum(counts)
     out = {}
     for q, p in QUANTILES.items():
-        value = found[p]
-        if value is not None:
-            out[q] = value * to_base
+        rank = max(1, int(p * n / 100.0 + 0.5))
+        out[q] = float(highs[int(np.searchsorted(cumulative, rank))]) * to_base
     return out
 
 
