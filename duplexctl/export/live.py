@@ -166,7 +166,9 @@ async def pushing(
     _active = feed
     try:
         yield feed
-        await feed.flush()
     finally:
         _active = None
+        # the last states, also of a run that failed (its server unreachable: attempts failed)
+        with contextlib.suppress(Exception):
+            await feed.flush()
         await asyncio.to_thread(pusher.stop)

@@ -18,7 +18,8 @@ NATIVE: Final = "native"
 PERCENTILES: Final = "percentiles"
 HISTOGRAM_MODES: Final = (NATIVE, PERCENTILES)
 DEFAULT_INTERVAL_S: Final = 5.0
-MIN_INTERVAL_S: Final = 0.5
+#: the workers' states come on their 1 s status ticks: a shorter interval would not be one
+MIN_INTERVAL_S: Final = 1.0
 MAX_INTERVAL_S: Final = 300.0
 
 
