@@ -25,6 +25,8 @@ from support.prometheus import Prometheus, running
 pytestmark = [pytest.mark.realtime]
 
 LOAD = ["--sessions", "3", "--duration", "4s", "--workers", "1", "--plain", "--json"]
+#: the side-by-side runs: enough appends (~400 each) for a p99 that is not one sample
+SIDE_BY_SIDE = ["--sessions", "10", "--duration", "5s", "--workers", "1", "--plain", "--json"]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_a_receiver_that_refuses_or_hangs_costs_the_load_nothing(server: str) ->
         for name, extra in targets.items():
             push = [*extra, "--prometheus-rw-interval", "1"] if extra else []
             procs[name] = subprocess.Popen(
-                duplexctl_cmd("load", SHORT, "--url", server, *LOAD, *push),
+                duplexctl_cmd("load", SHORT, "--url", server, *SIDE_BY_SIDE, *push),
                 cwd=ROOT,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -97,7 +99,7 @@ def test_a_receiver_that_refuses_or_hangs_costs_the_load_nothing(server: str) ->
         hanging.close()
     base_code, base, _ = runs["baseline"]
     assert base_code == 0
-    base_lag = base["validity"]["send_lag_p99_ms"]
+    base_lag = base["figures"]["send_lag_ms"]
     for name in ("refused", "hanging"):
         code, report, stderr = runs[name]
         assert code == 0, (name, stderr)
@@ -111,10 +113,12 @@ def test_a_receiver_that_refuses_or_hangs_costs_the_load_nothing(server: str) ->
         # said once, in one line
         said = [line for line in stderr.splitlines() if "--prometheus-rw" in line]
         assert len(said) == 1 and "dropped" in said[0], said
-        # off the pacing path: the send lag within noise of the baseline run beside it
-        lag = report["validity"]["send_lag_p99_ms"]
-        assert lag <= max(3 * base_lag, base_lag + 25.0), (name, lag, base_lag)
-        assert not report["validity"]["invalid_pacing"]
+        # off the pacing path: the send lag within noise of the baseline run beside it (this
+        # machine's bursts move a p99 of 400 appends by tens of ms in runs side by side)
+        lag = report["figures"]["send_lag_ms"]
+        for key, slack_ms in (("p50", 5.0), ("p99", 50.0)):
+            bound = max(4 * base_lag[key], base_lag[key] + slack_ms)
+            assert lag[key] <= bound, (name, key, lag[key], base_lag[key])
         # and the end waits for a hanging receiver at most one request timeout and a second
         assert report["wall_s"] <= base["wall_s"] + 6.0, (name, report["wall_s"], base["wall_s"])
 
