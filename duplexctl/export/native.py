@@ -20,12 +20,13 @@ them, beside its count and sum.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
-from duplexctl.report.histogram import LatencyHistogram
+from duplexctl.report.histogram import COUNTS_LEN, LatencyHistogram, bounds_of
 
 SCHEMA: Final = 5
 #: Prometheus's default zero threshold (2^-128): only exact zeros go in the zero bucket
@@ -54,18 +55,23 @@ EMPTY: Final = NativeHistogram(0, 0.0, 0, [], [], [], [])
 
 
 def native(hist: LatencyHistogram, to_base: float = 1.0) -> NativeHistogram:
-    """``hist`` (values × ``to_base`` = the base unit) as a native histogram."""
-    lows, highs, counts = hist.bucket_arrays()
-    mids = (lows + highs) / 2.0 * to_base
-    total = float(np.dot(mids, counts)) if counts.size else 0.0
-    zero = mids == 0.0
-    pos, neg = mids > 0.0, mids < 0.0
-    pos_spans, pos_deltas = _buckets(mids[pos], counts[pos])
-    neg_spans, neg_deltas = _buckets(-mids[neg], counts[neg])
+    """``hist`` (values × ``to_base`` = the base unit) as a native histogram.
+
+    Every HDR bucket's native bucket comes from a table made once per (scale, unit): a push
+    converts a few dozen histograms every few seconds, in the push thread, and a numpy pass
+    per bucket array there would hold the GIL away from the event loop longer than needed."""
+    pos_i, pos_n, neg_i, neg_n = hist.sparse()
+    index, mids = _table(hist.scale, to_base)
+    zero = int(pos_n[0]) if pos_i.size and pos_i[0] == 0 else 0
+    if zero:
+        pos_i, pos_n = pos_i[1:], pos_n[1:]
+    total = float(np.dot(mids[pos_i], pos_n) - np.dot(mids[neg_i], neg_n))
+    pos_spans, pos_deltas = _grouped(index[pos_i], pos_n)
+    neg_spans, neg_deltas = _grouped(index[neg_i], neg_n)
     return NativeHistogram(
-        count=int(counts.sum()),
+        count=int(pos_n.sum() + neg_n.sum()) + zero,
         sum=total,
-        zero_count=int(counts[zero].sum()),
+        zero_count=zero,
         positive_spans=pos_spans,
         positive_deltas=pos_deltas,
         negative_spans=neg_spans,
@@ -73,32 +79,40 @@ def native(hist: LatencyHistogram, to_base: float = 1.0) -> NativeHistogram:
     )
 
 
+@functools.cache
+def _table(scale: int, to_base: float) -> tuple[np.ndarray, np.ndarray]:
+    """For every HDR counts index: its native bucket index and its bucket's midpoint in the
+    base unit (index 0, the value 0, has no native bucket: it is the zero bucket)."""
+    lows, highs = bounds_of(np.arange(COUNTS_LEN, dtype=np.int64))
+    mids = (lows + highs) / 2.0 / scale * to_base
+    index = np.zeros(COUNTS_LEN, dtype=np.int64)
+    index[1:] = bucket_index(mids[1:])
+    return index, mids
+
+
 def bucket_index(values: np.ndarray) -> np.ndarray:
     """The native bucket index of each positive value: ``ceil(log2(v) * 2^schema)``."""
     return np.ceil(np.log2(values) * (1 << SCHEMA)).astype(np.int64)
 
 
-def _buckets(magnitudes: np.ndarray, counts: np.ndarray) -> tuple[list[tuple[int, int]], list[int]]:
-    """Spans ``(offset, length)`` and delta-encoded counts of positive magnitudes."""
-    if magnitudes.size == 0:
+def _grouped(index: np.ndarray, counts: np.ndarray) -> tuple[list[tuple[int, int]], list[int]]:
+    """Spans ``(offset, length)`` and delta-encoded counts of native bucket indices given in
+    ascending order (HDR's order is the values', so theirs is too), one per HDR bucket."""
+    if index.size == 0:
         return [], []
-    index = bucket_index(magnitudes)
-    order = np.argsort(index, kind="stable")
-    index, counts = index[order], counts[order]
     starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
     found = index[starts]
     summed = np.add.reduceat(counts, starts)
     breaks = np.flatnonzero(np.diff(found) != 1) + 1
-    first = np.r_[0, breaks]
-    last = np.r_[breaks, found.size]
+    first = np.r_[0, breaks].tolist()
+    last = np.r_[breaks, found.size].tolist()
     spans = []
     previous_end = None
-    for a, b in zip(first.tolist(), last.tolist(), strict=True):
+    for a, b in zip(first, last, strict=True):
         offset = int(found[a]) if previous_end is None else int(found[a]) - previous_end - 1
         spans.append((offset, b - a))
         previous_end = int(found[b - 1])
-    deltas = np.diff(summed, prepend=0)
-    return spans, deltas.astype(np.int64).tolist()
+    return spans, np.diff(summed, prepend=0).astype(np.int64).tolist()
 
 
 def percentiles(hist: LatencyHistogram, to_base: float = 1.0) -> dict[float, float]:

@@ -83,6 +83,7 @@ class Stats:
     reasons: Counter[str] = field(default_factory=Counter)
     series: int = 0  # in the last push sent
     bytes: int = 0  # compressed, of the last push sent
+    cpu_s: float = 0.0  # the push thread's own CPU time (what pushing cost the process)
 
 
 class Pusher:
@@ -160,9 +161,15 @@ class Pusher:
     # -- the thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self.stats.cpu_s = time.thread_time()
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                batch = self._queue.get(timeout=0.1)
+                batch = self._queue.get(timeout=0.5)
             except queue.Empty:
                 with self._lock:
                     if self._queue.empty():
@@ -260,6 +267,7 @@ class Pusher:
             "drop_reasons": dict(s.reasons),
             "last_push_series": s.series,
             "last_push_bytes": s.bytes,
+            "thread_cpu_s": round(s.cpu_s, 4),
         }
 
 

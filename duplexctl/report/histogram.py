@@ -74,6 +74,8 @@ _SUB_MASK: Final = _LAYOUT.sub_bucket_mask
 _UNIT_MAG: Final = _LAYOUT.unit_magnitude
 _HALF_MAG: Final = _LAYOUT.sub_bucket_half_count_magnitude
 _HALF: Final = _LAYOUT.sub_bucket_half_count
+#: how many HDR counts indices the layout has (every index is below it)
+COUNTS_LEN: Final = int(_LAYOUT.counts_len)
 
 
 def counts_indices(units: np.ndarray) -> np.ndarray:
@@ -458,6 +460,13 @@ class LatencyHistogram:
         equal answers to every question. Used by tests and plots.
         """
         return [(lo / self.scale, hi / self.scale, c) for lo, hi, c in self._ordered()]
+
+    def sparse(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The non-empty buckets as HDR counts indices and counts: (non-negative indices,
+        their counts, negative magnitudes' indices, their counts), each ascending."""
+        pos_i, pos_n = self._pos.arrays()
+        neg_i, neg_n = self._neg.arrays()
+        return pos_i, pos_n, neg_i, neg_n
 
     def bucket_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`bucket_counts` as three arrays (lowest, highest, count), ascending."""
