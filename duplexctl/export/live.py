@@ -89,18 +89,19 @@ _active: Feed | None = None
 
 @contextlib.asynccontextmanager
 async def following(
-    feed: Feed | None, make_state: Callable[[bool], ExportState]
+    feed: Feed | None, make_state: Callable[[bool], ExportState], source: int = 0
 ) -> AsyncIterator[None]:
     """While the block runs, observe ``make_state(True)`` (the run still going) every push
     interval; once it is over, ``make_state(False)`` (what ``replay`` pushes: one session,
-    no worker to send states)."""
+    no worker to send states). ``source``: one per scenario of a run of several, so each
+    one's last state stays in the totals while the next one runs."""
     if feed is None:
         yield
         return
 
     async def tick() -> None:
         while True:
-            feed.observe(0, make_state(True))
+            feed.observe(source, make_state(True))
             await asyncio.sleep(feed.pusher.interval_s)
 
     ticker = asyncio.create_task(tick())
@@ -110,7 +111,7 @@ async def following(
         ticker.cancel()
         with contextlib.suppress(BaseException):
             await ticker
-        feed.observe(0, make_state(False))
+        feed.observe(source, make_state(False))
 
 
 def observe(source: int, state: ExportState, node: str | None = None) -> None:
