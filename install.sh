@@ -4,15 +4,17 @@
 #   bash install.sh
 # System packages: libportaudio2 (sounddevice), pulseaudio + pulseaudio-utils (a real sound
 # server for the audio-device tests), espeak-ng + sox (real speech recordings), and python3 /
-# python3-venv when no usable Python is there, and chromium (a real browser for the HTML
-# report's tests, driven by Playwright from the dev extra: no browser is downloaded).
+# python3-venv when no usable Python is there, chromium (a real browser for the HTML report's
+# tests, driven by Playwright from the dev extra: no browser is downloaded), and prometheus (a
+# real remote-write receiver and query API for the --prometheus-rw and Grafana dashboard tests;
+# the tests start their own on loopback: the package's service is not used).
 # Re-running it is cheap: what is there stays.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 PY="${PYTHON:-python3}"
-PKGS=(libportaudio2 pulseaudio pulseaudio-utils espeak-ng sox chromium)
+PKGS=(libportaudio2 pulseaudio pulseaudio-utils espeak-ng sox chromium prometheus)
 # Debian's python3 cannot create a virtualenv without python3-venv (no ensurepip).
 command -v "$PY" >/dev/null 2>&1 || PKGS+=(python3)
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || PKGS+=(python3-venv)

@@ -17,15 +17,31 @@ order rotates every round. CPU is the scheduler's nanosecond sum (``/proc/PID/sc
 every tree's ratio to the first, with the median and range over the rounds.
 
     .venv/bin/python bench/side_by_side.py --tree BEFORE --tree AFTER --rounds 5
+
+``--args`` (one per ``--tree``, in order) adds load options to that tree's command, so one
+tree can be measured against itself with and without an option; ``--prometheus`` starts
+Debian's ``prometheus`` on a free loopback port (remote-write receiver and native histograms
+on, storage in a temporary directory) and puts its write URL where an ``--args`` says
+``{prometheus_rw}``: what pushing costs (issue 36):
+
+    .venv/bin/python bench/side_by_side.py --tree . --tree . --args "" \
+        --args "--prometheus-rw {prometheus_rw}" --prometheus --sessions 150 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shlex
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,12 +60,46 @@ def tree_root(spec: str) -> Path:
     return root
 
 
-def one_round(trees: list[Path], url: str, n: int, duration: float, settle: float) -> list[float]:
+@contextlib.contextmanager
+def prometheus() -> Iterator[str]:
+    """Debian's prometheus on a free loopback port; yields its remote-write URL."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise SystemExit("--prometheus: Debian's prometheus is not installed (bash install.sh)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-prometheus-"))
+    (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver",
+         "--enable-feature=native-histograms"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1),
+            ):
+                break
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/api/v1/write"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def one_round(
+    trees: list[Path], url: str, n: int, duration: float, settle: float, extra: list[list[str]]
+) -> list[float]:
     """Run every tree's load at once; CPU s per session-minute of each, in ``trees`` order."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for tree in trees:
-            cmd = command("load", url, n, duration, 2.0, 10)
+        for tree, more in zip(trees, extra, strict=True):
+            cmd = [*command("load", url, n, duration, 2.0, 10), *more]
             out = subprocess.DEVNULL
             procs.append(subprocess.Popen(cmd, cwd=tree, stdout=out, stderr=out))
         time.sleep(settle)
@@ -69,24 +119,41 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--settle", type=float, default=6.0)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--args", action="append", default=None, help="extra load options of one --tree"
+    )
+    parser.add_argument("--prometheus", action="store_true", help="start a receiver")
     args = parser.parse_args()
     trees = [tree_root(spec) for spec in args.tree]
     if len(trees) < 2:
         raise SystemExit("give at least two --tree")
+    extras = [shlex.split(a) for a in (args.args or [""] * len(trees))]
+    if len(extras) != len(trees):
+        raise SystemExit("give one --args per --tree (an empty one for none)")
+    with contextlib.ExitStack() as stack:
+        if args.prometheus:
+            rw = stack.enter_context(prometheus())
+            extras = [[a.replace("{prometheus_rw}", rw) for a in e] for e in extras]
+        run(args, trees, extras)
+
+
+def run(args: argparse.Namespace, trees: list[Path], extras: list[list[str]]) -> None:
     if args.duration < args.settle + 5:
         raise SystemExit(f"--duration must be at least --settle + 5 s ({args.settle + 5:g})")
     server, port, url = start_server(trees[0], args.sessions * len(trees))
     print(f"# {' '.join(sys.argv)}")
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}; server from {trees[0]}")
     for i, tree in enumerate(trees):
-        print(f"# tree {i}: {tree}")
+        print(f"# tree {i}: {tree} {shlex.join(extras[i])}")
     print("round | " + " | ".join(f"tree {i} CPU s/session·min" for i in range(len(trees))))
     rows: list[list[float]] = []
     try:
         wait_healthy(port, server)
         for r in range(args.rounds):
             k = r % len(trees)  # rotate the launch order (a tree may be given twice: A/A)
-            cpu = one_round(trees[k:] + trees[:k], url, args.sessions, args.duration, args.settle)
+            order = trees[k:] + trees[:k]
+            more = extras[k:] + extras[:k]
+            cpu = one_round(order, url, args.sessions, args.duration, args.settle, more)
             rows.append(cpu[-k:] + cpu[:-k] if k else cpu)
             print(f"{r} | " + " | ".join(f"{v:.4f}" for v in rows[-1]), flush=True)
             time.sleep(2)

@@ -114,6 +114,48 @@ ScrapeIntervalOption = Annotated[
 ]
 
 
+PrometheusRwOption = Annotated[
+    str | None,
+    typer.Option(
+        "--prometheus-rw",
+        metavar="URL",
+        help="Push the run's figures by Prometheus remote write to this receiver while it "
+        "runs (e.g. http://prometheus:9090/api/v1/write; user:password@ for basic auth).",
+    ),
+]
+PrometheusRwIntervalOption = Annotated[
+    float | None,
+    typer.Option("--prometheus-rw-interval", help="Seconds between pushes (default 5)."),
+]
+PrometheusRwHistogramsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--prometheus-rw-histograms",
+        help="native (default; percentiles when the receiver refuses them) or percentiles.",
+    ),
+]
+JunitOption = Annotated[
+    Path | None,
+    typer.Option("--junit", metavar="FILE", help="Write the verdicts as JUnit XML (for CI)."),
+]
+
+
+def push_options(url: str | None, interval: float | None, histograms: str | None) -> Any:
+    """The remote-write options of load and replay, checked once (exit 2)."""
+    from duplexctl.export.options import PushOptions
+
+    return PushOptions.resolve(url, interval, histograms)
+
+
+def junit_path(path: Path | None) -> Path | None:
+    """``--junit FILE``, checked before the run (exit 2)."""
+    if path is None:
+        return None
+    from duplexctl.export.junit import check_path
+
+    return check_path(path)
+
+
 def scrape_options(
     server_metrics: list[str] | None, no_server_metrics: bool, scrape_interval: float | None
 ) -> Any:
@@ -355,11 +397,17 @@ def replay(
     server_metrics: ServerMetricsOption = None,
     no_server_metrics: NoServerMetricsOption = False,
     scrape_interval: ScrapeIntervalOption = None,
+    prometheus_rw: PrometheusRwOption = None,
+    prometheus_rw_interval: PrometheusRwIntervalOption = None,
+    prometheus_rw_histograms: PrometheusRwHistogramsOption = None,
+    junit: JunitOption = None,
 ) -> None:
     """Play scripted user turns against a server; per-turn timings, audio and a report."""
     import asyncio
 
     url = server_url(url, ca_file, insecure)
+    push = push_options(prometheus_rw, prometheus_rw_interval, prometheus_rw_histograms)
+    junit = junit_path(junit)
 
     from duplexctl.report.render import render
     from duplexctl.rundir import announce, prepare_run_dir
@@ -405,11 +453,26 @@ def replay(
                 progress=progress,
                 handle_sigint=True,
                 scrape=scrape,
+                push=push,
             )
         )
+    except DuplexctlError as exc:  # the server could not be reached (exit 3) …: CI sees why
+        if junit is not None:
+            from duplexctl.export import junit as junit_xml
+            from duplexctl.export.junit_cases import error_suite
+
+            junit_xml.write(
+                junit, [error_suite("replay", f"duplexctl replay {scenario.name}", str(exc))]
+            )
+        raise
     finally:
         if out is not None:
             announce(out)
+    if junit is not None:
+        from duplexctl.export import junit as junit_xml
+        from duplexctl.export.junit_cases import replay_suite
+
+        junit_xml.write(junit, [replay_suite(result.report)])
     render(result.report, as_json=json_output)
     if result.report.get("server_metrics") and not json_output:
         from duplexctl.prometheus.summary import render_lines
@@ -631,12 +694,14 @@ def probe(
     server_metrics: ServerMetricsOption = None,
     no_server_metrics: NoServerMetricsOption = False,
     scrape_interval: ScrapeIntervalOption = None,
+    junit: JunitOption = None,
 ) -> None:
     """Probe a server for lifecycle bugs; one verdict per probe, exit 1 if any fails."""
     import asyncio
     import json
 
     url = server_url(url, ca_file, insecure)
+    junit = junit_path(junit)
 
     from duplexctl.errors import BadInput, CheckFailed
     from duplexctl.probe import ProbeConfig, all_probes, probe_target, select
@@ -679,14 +744,35 @@ def probe(
         out_dir = prepare_run_dir(out, flag="--out", overwrite=overwrite, command="probe")
     reached: list[dict[str, Any]] = []
 
+    def save_junit(doc: dict[str, Any]) -> None:
+        if junit is not None:
+            from duplexctl.export import junit as junit_xml
+            from duplexctl.export.junit_cases import probe_suite
+
+            junit_xml.write(junit, [probe_suite(doc)])
+
     def live(result: Any) -> None:
         if not json_out:
             print("\n".join(result_lines(result)), flush=True)
+        reached.append(result.to_dict())
+        partial = {"url": config.url, "partial": True, "results": reached}
         if out_dir is not None:  # saved after every probe: a Ctrl-C keeps what was reached
-            reached.append(result.to_dict())
-            probe_page.save(out_dir, {"url": config.url, "partial": True, "results": reached})
+            probe_page.save(out_dir, partial)
+        save_junit(partial)  # likewise
 
-    report = asyncio.run(probe_target(config, on_result=live, on_embedded=embedded))
+    try:
+        report = asyncio.run(probe_target(config, on_result=live, on_embedded=embedded))
+    except DuplexctlError as exc:  # unreachable (exit 3): the file says why
+        if junit is not None:
+            from duplexctl.export import junit as junit_xml
+            from duplexctl.export.junit_cases import error_suite
+
+            junit_xml.write(
+                junit,
+                [error_suite("probe", f"duplexctl probe {config.url or ''}".strip(), str(exc))],
+            )
+        raise
+    save_junit(report.to_dict())
     if out_dir is not None:
         probe_page.save(out_dir, report.to_dict())
         announce(out_dir)
@@ -829,9 +915,15 @@ def load(
     server_metrics: ServerMetricsOption = None,
     no_server_metrics: NoServerMetricsOption = False,
     scrape_interval: ScrapeIntervalOption = None,
+    prometheus_rw: PrometheusRwOption = None,
+    prometheus_rw_interval: PrometheusRwIntervalOption = None,
+    prometheus_rw_histograms: PrometheusRwHistogramsOption = None,
+    junit: JunitOption = None,
 ) -> None:
     """Many sessions at once: latency under load, admission limit, capacity, SLOs."""
     url = server_url(url, ca_file, insecure)
+    push = push_options(prometheus_rw, prometheus_rw_interval, prometheus_rw_histograms)
+    junit = junit_path(junit)
 
     from duplexctl.errors import BadInput
     from duplexctl.load.arrivals import parse_duration
@@ -902,6 +994,8 @@ def load(
         live=live,
         uvloop=not no_uvloop,
         scrape=scrape_options(server_metrics, no_server_metrics, scrape_interval),
+        push=push,
+        junit=None if junit is None else str(junit),
         server_overrides={
             "max_sessions": server_max_sessions,
             "gpu_slots": server_gpu_slots,

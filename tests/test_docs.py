@@ -124,6 +124,14 @@ def test_every_figure_is_defined_in_metrics_md(name: str) -> None:
     assert f"`{name}`" in metrics
 
 
+def test_every_pushed_series_is_listed_in_metrics_md() -> None:
+    """--prometheus-rw's names (duplexctl/export/names.py) beside their figures."""
+    from duplexctl.export.names import FAMILIES
+
+    section = (DOCS / "metrics.md").read_text(encoding="utf-8").split("## Remote write", 1)[1]
+    assert [name for name in FAMILIES if f"`{name}`" not in section] == []
+
+
 def test_prose_names_no_path_of_a_particular_machine() -> None:
     found = [
         f"{path.relative_to(ROOT)}:{n}: {line.strip()}"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.errors import BadInput
+from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.resolver import FLAGS, Command, RunSettings, resolve
 
@@ -199,6 +200,9 @@ class LoadConfig:
     uvloop: bool = True
     # server metrics: --server-metrics / --no-server-metrics / --scrape-interval, checked
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
+    # --prometheus-rw URL (+ interval, histograms): the figures pushed as the run goes
+    push: PushOptions | None = None
+    junit: str | None = None  # --junit FILE: a test case per SLO and per capacity level
     # the embedded server when no --url (ServerConfig fields), echoed in the report
     server_overrides: dict[str, Any] = field(default_factory=dict)
     # the resolved settings (resolver): set by __post_init__, kept by dataclasses.replace
@@ -305,6 +309,9 @@ class LoadConfig:
             value = getattr(self, f.name)
             if isinstance(value, ScrapeOptions):
                 out.update(value.echo())
+                continue
+            if isinstance(value, PushOptions):  # its URL without credentials
+                out[f.name] = value.echo()
                 continue
             out[f.name] = str(value) if isinstance(value, Mix) else value
         out.update(self.settings.echo())  # the settings used, with ``origin`` of each

@@ -36,6 +36,7 @@ from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.units import NS_PER_MS, NS_PER_S
 
 if TYPE_CHECKING:  # a --ray actor's live seconds (load/cluster/seconds.py)
+    from duplexctl.export.state import ExportState
     from duplexctl.load.cluster.seconds import SecondTally
 
 #: Per-turn counts: summed over the run, not put into histograms.
@@ -303,6 +304,13 @@ class Recorder(RunTally, Sink):
                 np.concatenate([v for _t, v in self._live_lag]) if self._live_lag else []
             ),
         }
+
+    def export_state(self) -> ExportState:
+        """What ``--prometheus-rw`` pushes of this recorder now (docs/metrics.md "Remote
+        write"): its tally's counts and histograms, its live sessions."""
+        from duplexctl.export.state import of_tally
+
+        return of_tally(self, active=self.active, admitted_now=self.admitted_live)
 
     def close(self) -> None:
         for f in (self._turns_file, self._sessions_file, self._behaviour_file):

@@ -88,6 +88,7 @@ async def target(config: LoadConfig) -> AsyncIterator[tuple[str, dict[str, Any] 
 
 async def _main(config: LoadConfig) -> RunResult:
     from duplexctl.client.target import tls_for
+    from duplexctl.export.live import pushing
     from duplexctl.prometheus.run import scraping, section, slices_of
 
     irq = Interrupts()
@@ -95,14 +96,18 @@ async def _main(config: LoadConfig) -> RunResult:
     out = Path(config.out) if config.out else None
     async with target(config) as (url, embedded):
         extra: dict[str, Any] = {}
-        # the server's /metrics, scraped by threads beside the run (docs/metrics.md)
-        async with scraping(
-            config.scrape,
-            url,
-            api_key=config.api_key,
-            out=out,
-            ssl_context=tls_for(url),
-        ) as scraper:
+        # the server's /metrics, scraped by threads beside the run (docs/metrics.md), and
+        # with --prometheus-rw the run's own figures pushed by another (export/live.py)
+        async with (
+            pushing(config.push, command="load", target=url) as feed,
+            scraping(
+                config.scrape,
+                url,
+                api_key=config.api_key,
+                out=out,
+                ssl_context=tls_for(url),
+            ) as scraper,
+        ):
             if config.find_capacity:
 
                 def mark(level: int, start: float, end: float) -> None:
@@ -112,6 +117,8 @@ async def _main(config: LoadConfig) -> RunResult:
                 report = await find_capacity(config, url, embedded, irq, on_step=mark)
             else:
                 report = await run_step(config, url, embedded, irq, out=out)
+        if feed is not None:
+            report["prometheus_remote_write"] = feed.summary()
         if scraper is not None:
             if never_admitted(report) is None:  # else its one line says the server is away
                 scraper.release_held()
@@ -200,4 +207,9 @@ def finish(
         code = ServerUnreachable.exit_code
     if interrupted:
         code = 130
+    if config.junit is not None:
+        from duplexctl.export import junit
+        from duplexctl.export.junit_cases import load_suite
+
+        junit.write(config.junit, [load_suite(report, unreached=unreached)])
     return RunResult(report, code)

@@ -31,6 +31,7 @@ from duplexctl.client.connection import (
     DuplexConnection,
     OpenFailed,
 )
+from duplexctl.export import live as live_export
 from duplexctl.load.capacity import CapacitySearch
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.engine import make_plan
@@ -73,6 +74,7 @@ async def find_capacity(
             slos=list(config.slos),
         )
         started = time.monotonic()
+        live_export.step(level)  # --prometheus-rw: this step's series carry level=...
         report = await run_step(
             step_cfg, url, embedded, irq, out=None, title=f"capacity step: {level} {unit}"
         )

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from duplexctl.export import live as live_export
+from duplexctl.export.live import Cadence
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.dashboard import Dashboard
 from duplexctl.load.engine import drive, make_recorder
@@ -59,6 +61,7 @@ async def run_step(
     finally:
         dash.stop()
         forward.cancel()
+    await live_export.flush()  # --prometheus-rw: this run's (or step's) last push, bounded
     wall = time.monotonic() - t0
     end_reasons = sorted({i.get("end_reason", "") for i in infos})
     # LoadConfig.__post_init__ resolved it: load's default is 100, a given one is checked
@@ -89,8 +92,12 @@ async def _in_process(
     rec = make_recorder(config, origin=origin, out_dir=out)
     task = asyncio.create_task(drive(config, url=url, origin=origin, stop=stop, recorder=rec))
 
+    cadence = None if config.push is None else Cadence(config.push.interval_s)
+
     async def watch() -> None:
         while True:
+            if cadence is not None and cadence.due():  # --prometheus-rw: due at once
+                live_export.observe(0, rec.export_state())
             await asyncio.sleep(config.status_interval_s)
             dash.update(rec.live())
 
@@ -101,4 +108,6 @@ async def _in_process(
         watcher.cancel()
         with contextlib.suppress(BaseException):
             await watcher
+    if cadence is not None:  # the last state: the final push equals the report
+        live_export.observe(0, recorder.export_state())
     return recorder, [info]

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.errors import BadInput
+from duplexctl.export import live as live_export
+from duplexctl.export.live import Cadence
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.dashboard import Dashboard, combine
 from duplexctl.load.engine import Plan, drive, make_plan, make_recorder
@@ -123,6 +125,8 @@ async def _run_workers(
         if kind == "live":
             snapshots[index] = msg[2]
             dash.update(combine(snapshots.values()))
+        elif kind == "export":
+            live_export.observe(index, msg[2])
         elif kind == "done":
             done[index] = (msg[2], msg[3])
         elif kind == "error":
@@ -271,14 +275,23 @@ async def run_share(
         drive(config, url=url, origin=origin, stop=stop, worker=index, plan=plan, recorder=rec)
     )
 
+    cadence = None if config.push is None else Cadence(config.push.interval_s)
+
+    def export() -> None:  # --prometheus-rw: the recorder's state, for the pushing process
+        if cadence is not None and not lifeline.lost:
+            messages.put(("export", index, rec.export_state()))
+
     async def report_live() -> None:
         last_checkpoint = time.monotonic()
         checkpoints = Checkpoints(rec)
+        export()
         while True:
             await asyncio.sleep(config.status_interval_s)
             if lifeline.lost:
                 continue
             messages.put(("live", index, rec.live()))
+            if cadence is not None and cadence.due():
+                export()
             if checkpoint_s is not None and time.monotonic() - last_checkpoint >= checkpoint_s:
                 last_checkpoint = time.monotonic()
                 messages.put(("checkpoint", index, checkpoints.next()))
@@ -302,4 +315,5 @@ async def run_share(
             ticker.cancel()
     if live_seconds:  # the last, partial second: the seconds add up to the whole recorder
         messages.put(("second", index, rec.cut_second()))
+    export()  # the last state: the final push equals the report
     return recorder.encode(), info

@@ -74,6 +74,8 @@ _SUB_MASK: Final = _LAYOUT.sub_bucket_mask
 _UNIT_MAG: Final = _LAYOUT.unit_magnitude
 _HALF_MAG: Final = _LAYOUT.sub_bucket_half_count_magnitude
 _HALF: Final = _LAYOUT.sub_bucket_half_count
+#: how many HDR counts indices the layout has (every index is below it)
+COUNTS_LEN: Final = int(_LAYOUT.counts_len)
 
 
 def counts_indices(units: np.ndarray) -> np.ndarray:
@@ -99,6 +101,22 @@ def _bounds(index: int) -> tuple[int, int]:
     """(lowest, highest) equivalent value of an HDR counts index."""
     low = _LAYOUT.get_value_from_index(index)
     return low, _LAYOUT.get_highest_equivalent_value(low)
+
+
+def bounds_of(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_bounds` of every HDR counts index of an int array (lowest and highest
+    equivalent value), vectorised with hdrh's arithmetic: what a remote-write push
+    (:mod:`duplexctl.export.native`) turns a histogram's buckets into, without a Python call
+    per bucket."""
+    idx = np.asarray(indices, dtype=np.int64)
+    bucket = (idx >> _HALF_MAG) - 1
+    sub = (idx & (_HALF - 1)) + _HALF
+    first = bucket < 0
+    sub = np.where(first, sub - _HALF, sub)
+    bucket = np.where(first, 0, bucket)
+    low = sub << (bucket + _UNIT_MAG)
+    width = np.where(sub >= _LAYOUT.sub_bucket_count, bucket + 1, bucket)
+    return low, low + (np.int64(1) << (_UNIT_MAG + width)) - 1
 
 
 #: Counts indices fit in 32 bits (the layout has ``_LAYOUT.counts_len`` of them); counts
@@ -442,6 +460,23 @@ class LatencyHistogram:
         equal answers to every question. Used by tests and plots.
         """
         return [(lo / self.scale, hi / self.scale, c) for lo, hi, c in self._ordered()]
+
+    def sparse(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The non-empty buckets as HDR counts indices and counts: (non-negative indices,
+        their counts, negative magnitudes' indices, their counts), each ascending."""
+        pos_i, pos_n = self._pos.arrays()
+        neg_i, neg_n = self._neg.arrays()
+        return pos_i, pos_n, neg_i, neg_n
+
+    def bucket_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`bucket_counts` as three arrays (lowest, highest, count), ascending."""
+        neg_i, neg_n = self._neg.arrays()
+        pos_i, pos_n = self._pos.arrays()
+        neg_lo, neg_hi = bounds_of(neg_i[::-1])
+        pos_lo, pos_hi = bounds_of(pos_i)
+        lows = np.concatenate([-neg_hi, pos_lo]) / self.scale
+        highs = np.concatenate([-neg_lo, pos_hi]) / self.scale
+        return lows, highs, np.concatenate([neg_n[::-1], pos_n])
 
     def to_dict(self) -> dict[str, Any]:
         """The summary written to report.json and printed: every figure with its ``n``."""

@@ -43,10 +43,11 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from duplexctl.audio.pacer import Pacer
 from duplexctl.client.connection import ConnectionOptions, DuplexConnection, OpenFailed
+from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.report.artifacts import RunArtifacts, write_report
 from duplexctl.report.turns import TurnRecord
@@ -61,6 +62,9 @@ from duplexctl.scenario.results import ReplayReport, ReplayResult
 from duplexctl.scenario.state import CLOSE_TIMEOUT_S, Headless, LiveTurn, PendingResume, RunState
 from duplexctl.scenario.steps import StepInterpreter
 from duplexctl.scenario.ticker import Ticker
+
+if TYPE_CHECKING:
+    from duplexctl.export.state import ExportState
 
 __all__ = ["Headless", "Replay", "ReplayResult", "load_clips", "run_replay"]
 
@@ -160,6 +164,13 @@ class Replay:
     def records(self) -> list[TurnRecord]:
         """Every turn's figures as of now."""
         return self.assembly.records()
+
+    def export_state(self, running: bool) -> ExportState:
+        """What ``--prometheus-rw`` pushes of this run now (docs/metrics.md "Remote write")."""
+        from duplexctl.export.state import of_replay
+
+        report = self.report.build()
+        return of_replay(report, self.pacer.lag.values(), active=running and self.conn is not None)
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -296,6 +307,7 @@ async def run_replay(
     progress: Callable[[str], None] | None = None,
     handle_sigint: bool = False,
     scrape: ScrapeOptions | None = None,
+    push: PushOptions | None = None,
 ) -> ReplayResult:
     """The ``replay`` command's body: embedded server when no URL, Ctrl-C = stop and save.
 
@@ -325,6 +337,7 @@ async def run_replay(
             loop.add_signal_handler(signum, on_signal, signum)
     try:
         from duplexctl.client.target import server_target, tls_for
+        from duplexctl.export.live import following, pushing
         from duplexctl.prometheus.run import scraping, section
 
         async with server_target(url) as target:
@@ -340,10 +353,22 @@ async def run_replay(
                 meta={"embedded_server": True} if target.embedded else None,
                 clips=clips,
             )
-            async with scraping(
-                scrape, target.url, api_key=api_key, out=out_dir, ssl_context=tls_for(target.url)
-            ) as scraper:
+            async with (
+                pushing(push, command="replay", target=target.url) as feed,
+                following(feed, replay.export_state),
+                scraping(
+                    scrape,
+                    target.url,
+                    api_key=api_key,
+                    out=out_dir,
+                    ssl_context=tls_for(target.url),
+                ) as scraper,
+            ):
                 result = await replay.run(stop)
+            if feed is not None:  # --prometheus-rw: what the pushes did
+                result.report["prometheus_remote_write"] = feed.summary()
+                if out_dir is not None and scraper is None:
+                    write_report(out_dir, result.report)
             if scraper is not None:  # the server's side of the run (docs/metrics.md)
                 scraper.release_held()
                 result.report["server_metrics"] = section(scraper)

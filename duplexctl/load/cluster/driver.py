@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.errors import BadInput
+from duplexctl.export import live as live_export
 from duplexctl.load.cluster.actor import LoadWorker
 from duplexctl.load.cluster.connect import ACTOR_CONCURRENCY, ACTOR_CPUS, connect, place
 from duplexctl.load.cluster.seconds import ClusterSeconds
@@ -234,6 +235,8 @@ class ClusterRun:
             m.cpu_percent = message[2]
         elif kind == "second":
             self.seconds.add(m.index, message[2])
+        elif kind == "export":  # --prometheus-rw: pushed by this process, labelled by node
+            live_export.observe(m.index, message[2], node=short(m.node))
         elif kind == "checkpoint":
             m.absorb(message[2])
         elif kind == "done":
