@@ -140,7 +140,11 @@ def test_trials_of_one_conversation_are_resampled_together(tmp_path: Path) -> No
         (rows[key],) = [r for r in compare.compare(a, b)["rows"] if r["figure"] == "takeover_rate"]
     for row in rows.values():
         assert row["baseline"] == pytest.approx(10 / 60) and row["candidate"] == pytest.approx(0.5)
-        assert row["n_baseline"] == 60 and row["units_baseline"] == 6 and row["unit"] == "conversations"
+        assert (
+            row["n_baseline"] == 60
+            and row["units_baseline"] == 6
+            and row["unit"] == "conversations"
+        )
     assert rows["even"]["flagged"] and rows["even"]["ci_low"] > 0
     assert not rows["lumped"]["significant"] and rows["lumped"]["ci_low"] < 0
     # the interval by conversation is wider than the trial-by-trial one

@@ -180,7 +180,7 @@ def test_a_a_pairs_of_a_clustered_process_flag_at_most_the_family_rate(tmp_path:
     flagged = {"by user": 0, "attempt by attempt": 0}
     for i in range(40):
         runs = []
-        for side in "ab":
+        for _side in "ab":
             p = rng.beta(0.5, 0.5, size=10)
             runs.append([int(k) for k in rng.binomial(20, p)])
         for how in flagged:

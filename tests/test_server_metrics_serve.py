@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from support.server import OPEN_SESSION, dial, open_session, recv_until, running, send, ws_url
 
-from duplexctl.prometheus.exposition import Family, parse
 from duplexctl.audio import pcm
+from duplexctl.prometheus.exposition import Family, parse
 from duplexctl.protocol import ids
 from duplexctl.server.model import SimulatedGpu, SimulatedModel
 
