@@ -745,6 +745,10 @@ def load(
     measure_slot_release: Annotated[
         bool, typer.Option("--measure-slot-release", help="Time a full server takes to re-admit.")
     ] = False,
+    no_slot_release: Annotated[
+        bool,
+        typer.Option("--no-slot-release", help="Capacity search: skip the slot-release wait."),
+    ] = False,
     workers: Annotated[
         int | None,
         typer.Option(help="Processes (default: one per core); with --ray: Ray actors."),
@@ -893,6 +897,7 @@ def load(
         step_duration_s=seconds(step_duration, "--step-duration") or 20.0,
         max_level=max_level,
         measure_slot_release=measure_slot_release,
+        no_slot_release=no_slot_release,
         slos=list(slo or []),
         ray=ray,
         **workers_for(workers, ray=ray, workers_per_node=workers_per_node),

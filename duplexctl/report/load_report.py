@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -361,12 +362,31 @@ def merge_jsonl(parts: Iterable[Path], target: Path) -> None:
 # -- rendering ------------------------------------------------------------------------------------
 
 
-def summary_lines(report: Mapping[str, Any]) -> list[str]:
-    """The plain-text final summary (also printed under the rich table)."""
-    a, t, v = report["admission"], report["turns"], report["validity"]
+def lead_lines(report: Mapping[str, Any]) -> list[str]:
+    """What a summary says first: that the run was interrupted; a capacity search's answer,
+    what the whole search did, its steps and the slot release (the sections after are one
+    step's own, and say so)."""
     lines = []
     if report.get("interrupted"):
         lines.append("interrupted: partial report (every session was closed with session.close)")
+    cap = report.get("capacity_search")
+    if cap:
+        lines.extend(capacity_lines(cap))
+        lines.extend(slot_release_lines(report))
+        if cap.get("figures_from") is not None:
+            lines.append(
+                f"the step at {cap['figures_from']} {cap.get('unit', 'sessions')} "
+                "(every figure below is that step's own):"
+            )
+    return lines
+
+
+def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
+    """The plain-text final summary (also printed under the rich table); ``lead=False``
+    leaves out :func:`lead_lines` (printed before the figures' table)."""
+    a, t, v = report["admission"], report["turns"], report["validity"]
+    lines = lead_lines(report) if lead else []
+    cap = report.get("capacity_search")
     by_kind = ", ".join(f"{k} {n}" for k, n in sorted(a["by_kind"].items())) or "none"
     runs = report.get("runs") or []
     peak = f"{a['observed_capacity']}" + (f" (largest of {len(runs)} runs)" if runs else "")
@@ -382,8 +402,10 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             f"{format_value(run['audio_throughput'])}"
         )
     lines.extend(admission_lines(a))
+    empty = measured_nothing(report)
     lines.append(
         f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'})"
+        + (f" — {empty}" if empty else "")
     )
     lines.append(drops_line(report))
     figs = report["figures"]
@@ -415,24 +437,61 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     slicing = report.get("slicing") or {}  # absent from reports before slices were capped
     if slicing.get("note"):
         lines.append(f"time slices: {slicing['note']}")
-    cap = report.get("capacity_search")
-    if cap:
-        lines.extend(capacity_lines(cap))
-    sr = report.get("slot_release")
-    if sr:
-        for how, entry in sr.items():
-            value = entry.get("slot_release_ms")
-            lines.append(
-                f"slot release after {how}: {format_value(value)} ms"
-                + (f" ({entry['note']})" if entry.get("note") else "")
-            )
+    if not cap:
+        lines.extend(slot_release_lines(report))
+    at = f" at {cap['figures_from']} {cap.get('unit', 'sessions')}" if cap else ""
     for res in report.get("slo", []):
         verdict = "PASS" if res["passed"] else "FAIL"
         actual = "no samples" if res["actual"] is None else format_value(res["actual"])
         lines.append(
-            f"SLO {verdict} {res['expr']}: {actual}" + (f" (n={res['n']})" if res.get("n") else "")
+            f"SLO {verdict} {res['expr']}{at}: {actual}"
+            + (f" (n={res['n']})" if res.get("n") else "")
         )
     return lines
+
+
+def slot_release_lines(report: Mapping[str, Any]) -> list[str]:
+    """How long a full server took to admit again after a clean close and after a drop
+    (``--measure-slot-release``, and after a capacity search), or why it was not measured."""
+    sr = report.get("slot_release")
+    if not sr:
+        return []
+    lines = []
+    for how in ("clean_close", "abrupt_drop"):
+        entry = sr.get(how)
+        if not isinstance(entry, Mapping):
+            continue
+        value = entry.get("slot_release_ms")
+        lines.append(
+            f"slot release after {how.replace('_', ' ')}: {format_value(value)} ms"
+            + (f" ({entry['note']})" if entry.get("note") else "")
+        )
+    why = sr.get("skipped") or sr.get("note") or sr.get("error")
+    if why:
+        lines.append(f"slot release: {'stopped' if lines else 'not measured'} ({why})")
+    return lines
+
+
+def measured_nothing(report: Mapping[str, Any]) -> str | None:
+    """The one line of a run whose sessions were admitted but completed no turn (nothing
+    was measured: every latency figure is empty), with how long a turn of its inputs takes
+    (``first_turn``, estimated before the run); None when a turn completed, no session was
+    admitted (its own line says why), or for a capacity search (each step says it)."""
+    if report.get("capacity_search") or report.get("turns", {}).get("count"):
+        return None
+    if not report.get("admission", {}).get("by_kind", {}).get("admitted"):
+        return None
+    asked = (report.get("config") or {}).get("duration_s")
+    span = f"--duration {asked:g} s" if asked else f"{format_value(report.get('wall_s'))} s"
+    line = f"measured nothing: no turn completed in {span}"
+    turn = report.get("first_turn") or {}
+    if turn.get("seconds"):
+        longer = math.ceil(2 * float(turn["seconds"]))
+        line += (
+            f"; one turn of these inputs takes about {float(turn['seconds']):.1f} s "
+            f"({turn['estimate']}): run for {longer} s or more (--duration {longer}s)"
+        )
+    return line
 
 
 def behaviour_lines(b: Mapping[str, Any]) -> list[str]:
@@ -501,12 +560,33 @@ def admission_lines(a: Mapping[str, Any]) -> list[str]:
 
 
 def capacity_lines(cap: Mapping[str, Any]) -> list[str]:
+    """A capacity search: its answer, what the whole search did, each step's verdict."""
     unit = cap.get("unit", "sessions")
-    lines = [
-        f"capacity: largest {unit} meeting every SLO: {cap.get('largest_pass') or 'none'}; "
-        f"first failure at {cap.get('first_fail') or 'none'}"
-        + (f" ({cap['fail_reason']})" if cap.get("fail_reason") else "")
-    ]
+    if cap.get("answer"):
+        lines = [f"capacity: {cap['answer']}"]
+    else:  # a report written before the answer line
+        lines = [
+            f"capacity: largest {unit} meeting every SLO: {cap.get('largest_pass') or 'none'}; "
+            f"first failure at {cap.get('first_fail') or 'none'}"
+            + (f" ({cap['fail_reason']})" if cap.get("fail_reason") else "")
+        ]
+    totals = cap.get("totals")
+    if totals:
+        by_kind = ", ".join(f"{k} {n}" for k, n in sorted(totals["by_kind"].items())) or "none"
+        steps = len(cap.get("steps", []))
+        lines.append(
+            f"capacity search: {format_value(totals['wall_s'])} s, {steps} steps"
+            + (
+                f" ({totals['runs']} runs: steps run again to be judged)"
+                if totals["runs"] > steps
+                else ""
+            )
+            + f", {totals['attempts']} attempts ({by_kind}), {totals['turns']} turns"
+        )
+        if totals.get("causes"):
+            lines.append(
+                f"capacity search: not admitted by cause: {cause_counts(totals['causes'])}"
+            )
     if cap.get("rejections_began_at") is not None:
         lines.append(f"capacity: rejections began at {cap['rejections_began_at']} {unit}")
     for step in cap.get("steps", []):
@@ -525,6 +605,8 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
     import sys
 
     stream = out or sys.stdout
+    for line in lead_lines(report):
+        print(line, file=stream)
     if rich_table:
         from rich.console import Console
 
@@ -539,7 +621,7 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
         for name, f in report["figures"].items():
             if f["n"]:
                 print(f"{name}: {_pct_line(f)}", file=stream)
-    for line in summary_lines(report):
+    for line in summary_lines(report, lead=False):
         print(line, file=stream)
     if report.get("server_metrics") or report.get("server_metrics_by_run"):
         from duplexctl.prometheus.summary import render_lines

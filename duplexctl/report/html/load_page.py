@@ -18,7 +18,7 @@ import numpy as np
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.report.html import charts, page
 from duplexctl.report.html import server_metrics as sm
-from duplexctl.report.load_report import tally_of
+from duplexctl.report.load_report import measured_nothing, tally_of
 from duplexctl.report.slo import parse_slo
 
 #: the HDR charts: which figures go together (same unit, same question)
@@ -165,6 +165,9 @@ def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[s
     admitted = report.get("admission", {}).get("by_kind", {}).get("admitted", 0)
     if attempts and not admitted:
         flags.append(("no session was admitted", "bad"))
+    empty = measured_nothing(report)
+    if empty:
+        flags.append((empty, "bad"))
     if failed:
         word = ("FAIL", "fail")
     elif validity.get("invalid_pacing"):
