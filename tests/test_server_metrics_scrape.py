@@ -229,7 +229,7 @@ def test_a_load_run_writes_server_metrics_jsonl_and_its_report_section(tmp_path:
 
 def test_no_server_metrics_turns_it_off(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run = _load("--sessions", "1", "--duration", "1s", "--out", str(out), "--no-server-metrics")
+    run = _load("--sessions", "1", "--duration", "3s", "--out", str(out), "--no-server-metrics")
     assert run.returncode == 0, run.stderr
     assert not (out / "server_metrics.jsonl").exists()
     assert "server_metrics" not in json.loads((out / "report.json").read_text())
@@ -238,7 +238,7 @@ def test_no_server_metrics_turns_it_off(tmp_path: Path) -> None:
 def test_a_broken_extra_endpoint_is_one_warning_and_the_run_goes_on() -> None:
     with hostile_http() as base:
         run = _load(
-            "--sessions", "1", "--duration", "2s", "--server-metrics", f"{base}/html",
+            "--sessions", "1", "--duration", "3s", "--server-metrics", f"{base}/html",
             "--scrape-interval", "0.2",
         )  # fmt: skip
     assert run.returncode == 0, run.stderr

@@ -54,15 +54,15 @@ def run_load(config: LoadConfig) -> RunResult:
     """Validate, run, write and render; the CLI turns ``exit_code`` into the exit status."""
     config.validate()
     plan = make_plan(config)  # bad audio, scenario or session file: exit 2 before any socket
-    first_turn = plan.script.first_turn()
-    for line in too_short(config, *first_turn):
-        print(f"duplexctl: warning: {line}", file=sys.stderr)
     if config.ray is not None:  # the cluster first: no extra, no cluster → one line, exit 2 / 3
         from duplexctl.load.cluster.connect import resolve_workers
 
         config = resolve_workers(config)
     if config.out is not None:
         prepare_run_dir(config.out, flag="--out", overwrite=config.overwrite, command="load")
+    first_turn = plan.script.first_turn()
+    for line in too_short(config, *first_turn):
+        print(f"duplexctl: warning: {line}", file=sys.stderr)
     try:
         if config.uvloop:
             try:

@@ -76,6 +76,67 @@ def behaviour_rates(counts: Mapping[str, int]) -> dict[str, float | None]:
     }
 
 
+def offered_load(config: Mapping[str, Any], *, observed: int, queued: int) -> dict[str, Any]:
+    """What the run offered the server (docs/metrics.md "Offered load"): the loop, its
+    sessions or rate and arrival process, a ramp, the client's own limit
+    (``--max-concurrency``) and how many arrivals queued for it; and whether the observed
+    capacity is only what the client offered or allowed (then it says nothing of the
+    server's capacity but that it is at least that)."""
+    ramp = config.get("ramp")
+    if config.get("find_capacity"):
+        return {
+            "loop": "open" if config.get("rate") is not None else "closed",
+            "text": "a capacity search: each step offers its own level (see the steps)",
+            "client_limit": None,
+            "queued_on_client": queued,
+            "observed_is_offered": False,
+        }
+    if config.get("rate") is None:
+        sessions = config.get("sessions")
+        peak = sessions
+        if ramp:
+            text = f"concurrent sessions following the ramp {ramp} (closed loop)"
+            targets = [float(p.rpartition(":")[2]) for p in str(ramp).split(",") if ":" in p]
+            peak = math.floor(max(targets)) if targets else None
+        else:
+            text = f"{sessions} sessions at once (closed loop: each speaks its turns, closes and starts over)"
+        return {
+            "loop": "closed",
+            "sessions": sessions,
+            "ramp": ramp,
+            "text": text,
+            "client_limit": None,
+            "queued_on_client": 0,
+            "observed_is_offered": peak is not None and observed >= peak,
+            "offered_peak": peak,
+        }
+    arrival = str(config.get("arrival") or "poisson")
+    process = {"poisson": "Poisson", "constant": "evenly spaced", "gamma": "gamma"}.get(
+        arrival, arrival
+    )
+    if arrival == "gamma":
+        process += f" (burstiness {config.get('burstiness', 1.0):g})"
+    limit = config.get("max_concurrency")
+    rate = (
+        f"the ramp {ramp} new sessions/s" if ramp else f"{float(config['rate']):g} new sessions/s"
+    )
+    text = f"{rate}, {process} arrivals (open loop)"
+    if limit:
+        text += f", at most {limit} in flight (the client's limit, --max-concurrency)"
+    return {
+        "loop": "open",
+        "rate": config.get("rate"),
+        "arrival": arrival,
+        "burstiness": config.get("burstiness"),
+        "ramp": ramp,
+        "text": text,
+        "client_limit": limit,
+        "queued_on_client": queued,
+        "observed_is_offered": limit is not None and observed >= int(limit),
+        "offered_peak": limit,
+    }
+
+
 def build_report(
     tally: RunTally,
     *,
@@ -173,6 +234,7 @@ def build_report(
             "advertised_limit": advertised,
             "advertised_limits_seen": {str(k): v for k, v in limits.items()},
             "observed_capacity": observed,
+            "offered": offered_load(config, observed=observed, queued=counts["client_queued"]),
             "rejection_rate": scalars["rejection_rate"],
             "capacity_rejection_rate": scalars["capacity_rejection_rate"],
             "failure_rate": scalars["failure_rate"],
@@ -389,7 +451,24 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
     cap = report.get("capacity_search")
     by_kind = ", ".join(f"{k} {n}" for k, n in sorted(a["by_kind"].items())) or "none"
     runs = report.get("runs") or []
+    offered = a.get("offered") or {}
+    if offered.get("text") and not cap:
+        queued = offered.get("queued_on_client") or 0
+        lines.append(
+            f"offered: {offered['text']}"
+            + (
+                f"; {queued} arrivals queued on the client for a slot"
+                if offered.get("client_limit")
+                else ""
+            )
+        )
     peak = f"{a['observed_capacity']}" + (f" (largest of {len(runs)} runs)" if runs else "")
+    if offered.get("observed_is_offered"):
+        peak += (
+            f" = the client's limit (--max-concurrency {offered['client_limit']}), not the server's"
+            if offered.get("client_limit")
+            else f" = every session offered (the server held them all: its capacity is at least {peak})"
+        )
     lines.append(
         f"sessions: {a['attempts']} attempts ({by_kind}); observed capacity {peak}; "
         f"advertised limit {a['advertised_limit'] if a['advertised_limit'] is not None else '–'}"
