@@ -79,7 +79,6 @@ def test_closed_loop_admits_exactly_the_limit_and_counts_the_rest(capsys: Any) -
     )
 
 
-
 def test_turn_latency_matches_the_servers_injected_ttfa(tmp_path: Path) -> None:
     # commit lane: the client commits 200 ms after the end of speech, the server answers
     # ttfa_ms (300) after the commit; a 1 s reply in 200 ms chunks arrives in real time.
