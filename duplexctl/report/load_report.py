@@ -137,6 +137,37 @@ def offered_load(config: Mapping[str, Any], *, observed: int, queued: int) -> di
     }
 
 
+def ray_nodes(workers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The Ray nodes a ``--ray`` run's workers ran on ([] for a local run, whose workers
+    name no node), each by its address and host with its id alongside, its workers and the
+    sessions they started; a node's label is what a reader finds it by (``10.0.0.5 (gpu-2)``)."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for w in workers:
+        node = w.get("node")
+        if node is None:
+            continue
+        entry = nodes.setdefault(
+            str(node),
+            {
+                "node": str(node),
+                "node_ip": w.get("node_ip"),
+                "host": w.get("host"),
+                "workers": 0,
+                "sessions_started": 0,
+                "lost": False,
+            },
+        )
+        entry["workers"] += 1
+        entry["sessions_started"] += int(w.get("sessions_started") or 0)
+        entry["lost"] = entry["lost"] or bool(w.get("lost"))
+    for entry in nodes.values():
+        where = entry["node_ip"] or entry["host"] or "unknown address"
+        if entry["host"] and entry["node_ip"] and entry["host"] != entry["node_ip"]:
+            where = f"{entry['node_ip']} ({entry['host']})"
+        entry["label"] = f"{where}, node {entry['node'][:12]}"
+    return sorted(nodes.values(), key=lambda e: (str(e["node_ip"]), str(e["host"]), e["node"]))
+
+
 def build_report(
     tally: RunTally,
     *,
@@ -301,6 +332,9 @@ def build_report(
         "workers": workers,
         "recorder": tally.encode(),
     }
+    nodes = ray_nodes(workers)
+    if nodes:  # a --ray run says so: how many nodes, each by its address, the id alongside
+        report["cluster"] = {"ran_on": "ray", "node_count": len(nodes), "nodes": nodes}
     if runs:
         report["runs"] = [dict(r) for r in runs]
         report["merge_rules"] = dict(MERGE_RULES)
@@ -425,12 +459,15 @@ def merge_jsonl(parts: Iterable[Path], target: Path) -> None:
 
 
 def lead_lines(report: Mapping[str, Any]) -> list[str]:
-    """What a summary says first: that the run was interrupted; a capacity search's answer,
-    what the whole search did, its steps and the slot release (the sections after are one
-    step's own, and say so)."""
+    """What a summary says first: that the run was interrupted; where it ran (a ``--ray``
+    run: its nodes); a capacity search's answer, what the whole search did, its steps and
+    the slot release (the sections after are one step's own, and say so)."""
     lines = []
     if report.get("interrupted"):
         lines.append("interrupted: partial report (every session was closed with session.close)")
+    cluster = report.get("cluster")
+    if cluster:
+        lines.append(f"ran on Ray: {cluster_text(cluster)}")
     cap = report.get("capacity_search")
     if cap:
         lines.extend(capacity_lines(cap))
@@ -441,6 +478,17 @@ def lead_lines(report: Mapping[str, Any]) -> list[str]:
                 "(every figure below is that step's own):"
             )
     return lines
+
+
+def cluster_text(cluster: Mapping[str, Any]) -> str:
+    """``2 nodes: 10.0.0.5 (gpu-1), node 3f2a… (2 workers, 40 sessions); …``."""
+    count = cluster.get("node_count", len(cluster.get("nodes", [])))
+    parts = [
+        f"{n['label']} ({n['workers']} worker{'s' if n['workers'] != 1 else ''}, "
+        f"{n['sessions_started']} sessions{', LOST' if n.get('lost') else ''})"
+        for n in cluster.get("nodes", [])
+    ]
+    return f"{count} node{'s' if count != 1 else ''}: " + "; ".join(parts)
 
 
 def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
