@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +296,7 @@ async def run_replay(
     progress: Callable[[str], None] | None = None,
     handle_sigint: bool = False,
     scrape: ScrapeOptions | None = None,
+    server_settings: Mapping[str, Any] | None = None,
 ) -> ReplayResult:
     """The ``replay`` command's body: embedded server when no URL, Ctrl-C = stop and save.
 
@@ -324,10 +325,15 @@ async def run_replay(
         for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, on_signal, signum)
     try:
-        from duplexctl.client.target import server_target, tls_for
+        from duplexctl.client.target import (
+            missing_behaviour,
+            server_target,
+            stop_latency_note,
+            tls_for,
+        )
         from duplexctl.prometheus.run import scraping, section
 
-        async with server_target(url) as target:
+        async with server_target(url, server_settings) as target:
             if target.line:
                 say(target.line)
             replay = Replay(
@@ -344,13 +350,40 @@ async def run_replay(
                 scrape, target.url, api_key=api_key, out=out_dir, ssl_context=tls_for(target.url)
             ) as scraper:
                 result = await replay.run(stop)
+            rewrite = False
             if scraper is not None:  # the server's side of the run (docs/metrics.md)
                 scraper.release_held()
                 result.report["server_metrics"] = section(scraper)
                 assert scrape is not None  # a scraper exists only when scraping was asked
                 result.report.setdefault("config", {}).update(scrape.echo())
-                if out_dir is not None:
-                    write_report(out_dir, result.report)
+                rewrite = True
+            why = missing_behaviour(target, scenario.needs_behaviour)
+            if why is not None and result.failed_expectations:
+                # a failure the default model is bound to: say so, and how to turn it on
+                for failed in result.failed_expectations:
+                    failed["why"] = why
+                result.report["needs_behaviour"] = {
+                    "spec": scenario.needs_behaviour,
+                    "missing": why,
+                }
+                rewrite = True
+            behaviour = result.report.get("behaviour")
+            if behaviour and behaviour.get("stop_latency_ms") is not None:
+                sent_in_full = any(
+                    t.get("reason") == "stop" and "heard_stop_ms" in (t.get("figures") or {})
+                    for t in result.report.get("turns") or []
+                )
+                note = stop_latency_note(
+                    target, behaviour["stop_latency_ms"], sent_in_full=sent_in_full
+                )
+                if note is not None:  # larger than configured: say why (the output unit)
+                    behaviour.setdefault("notes", {})["stop_latency_ms"] = note
+                    rewrite = True
+            if rewrite and out_dir is not None:
+                from duplexctl.report.html import replay_page
+
+                write_report(out_dir, result.report)
+                replay_page.write(out_dir)  # the page says what report.json now says
             return result
     finally:
         if handle_sigint:
