@@ -137,6 +137,21 @@ def test_a_step_too_short_to_judge_runs_again_longer(tmp_path: Path) -> None:
     assert [r["duration_s"] for r in step["runs"]] == [1, 2] and step["runs"][0]["turns"] == 0
     assert cap["largest_pass"] == 1 and cap["totals"]["runs"] == 2
     assert "slot release: not measured (--no-slot-release)" in done.stdout
+    if chromium_missing() is None:  # one step: every panel's single point is drawn, from 0
+        seen = open_page(
+            tmp_path / "run" / "report.html",
+            screenshot_path(tmp_path, "one-step"),
+            evaluate="""Array.from(document.querySelectorAll('#server-0-steps svg g.mark-group.role-scope'))
+              .filter(g => g.querySelector('.role-title-text'))
+              .map(g => ({title: g.querySelector('.role-title-text').textContent,
+                points: g.querySelectorAll('.mark-symbol path').length,
+                y0: (g.querySelector('.role-axis-label text') || {}).textContent}))""",
+        )
+        assert seen.problems() == [] and seen.charts_rendered == seen.charts
+        panels = {p["title"]: p for p in seen.facts}
+        running = panels["server: requests running and waiting (max) per step"]
+        assert running["points"] >= 2  # running and waiting: one point each, visible
+        assert all(p["points"] >= 1 for p in panels.values()), panels
 
 
 def test_a_run_that_completed_no_turn_says_so_and_exits_1(tmp_path: Path) -> None:
@@ -219,3 +234,35 @@ def test_the_live_view_says_the_ramps_target_now() -> None:
         "2 new sessions/s, poisson arrivals (ramp target now) · in flight 5 of 5 (the "
         "client's limit) · queued on the client 2 now, 7 so far"
     )
+
+
+def test_the_answer_line_in_each_case() -> None:
+    from duplexctl.load.search import answer
+    from duplexctl.report.load_report import offered_load
+    from duplexctl.report.slo import evaluate, parse_slos
+
+    cap = {
+        "unit": "sessions",
+        "largest_pass": 3,
+        "first_fail": 4,
+        "fail_reason": "4 capacity rejections",
+        "advertised_limit": 3,
+    }
+    (met,) = evaluate(parse_slos(["rejection_rate<=0.01"]), None, {"rejection_rate": 0.0})
+    assert answer(cap, [met]) == (
+        "holds 3 sessions with every SLO met (rejection_rate<=0.01: 0); first failure at 4 "
+        "sessions: 4 capacity rejections; the server advertised limit 3"
+    )
+    assert answer({**cap, "advertised_limit": None}, []).startswith(
+        "holds 3 sessions with no rejection and no failed attempt (no --slo: latency not judged)"
+    )
+    assert answer({**cap, "largest_pass": 8, "first_fail": None}, []).endswith(
+        "; no failure up to 8 sessions (the highest level tried: --max-level); the server "
+        "advertised limit 3"
+    )
+    assert answer({**cap, "largest_pass": None, "first_fail": 1}, []).startswith(
+        "holds no level: not even 1 sessions met the criteria: 4 capacity rejections"
+    )
+    everyone = offered_load({"sessions": 8}, observed=8, queued=0)
+    assert everyone["observed_is_offered"] and everyone["loop"] == "closed"
+    assert not offered_load({"sessions": 8}, observed=3, queued=0)["observed_is_offered"]

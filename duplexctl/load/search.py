@@ -239,6 +239,8 @@ def answer(cap: dict[str, Any], slo: Sequence[SloResult]) -> str:
     limit 3"."""
     unit = cap["unit"]
     best = cap["largest_pass"]
+    if best is None and cap.get("first_fail") is None:
+        return "no step was completed: no answer (the search was stopped first)"
     if best is None:
         text = f"holds no level: not even {cap['first_fail']} {unit} met the criteria"
     else:
