@@ -156,6 +156,16 @@ def junit_path(path: Path | None) -> Path | None:
     return check_path(path)
 
 
+ServerBehaviourOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--server-behaviour",
+        help="Embedded server (no --url): the model's behaviour, as serve --behaviour takes it, "
+        "e.g. backchannel-rate=6,stop-latency-ms=300 (repeatable).",
+    ),
+]
+
+
 def scrape_options(
     server_metrics: list[str] | None, no_server_metrics: bool, scrape_interval: float | None
 ) -> Any:
@@ -401,45 +411,66 @@ def replay(
     prometheus_rw_interval: PrometheusRwIntervalOption = None,
     prometheus_rw_histograms: PrometheusRwHistogramsOption = None,
     junit: JunitOption = None,
+    server_behaviour: ServerBehaviourOption = None,
 ) -> None:
-    """Play scripted user turns against a server; per-turn timings, audio and a report."""
+    """Play scripted user turns against a server; per-turn timings, audio and a report.
+    Several scenarios (or a directory of them) run as a suite: one table, DIR/index.html."""
     import asyncio
 
     url = server_url(url, ca_file, insecure)
     push = push_options(prometheus_rw, prometheus_rw_interval, prometheus_rw_histograms)
     junit = junit_path(junit)
 
+    from duplexctl.client.target import server_behaviour as behaviour_setting
     from duplexctl.report.render import render
     from duplexctl.rundir import announce, prepare_run_dir
     from duplexctl.scenario.config import CliOptions, resolve
     from duplexctl.scenario.parse import load_inputs
     from duplexctl.scenario.runner import run_replay
+    from duplexctl.scenario.suite import suite_inputs
 
     scrape = scrape_options(server_metrics, no_server_metrics, scrape_interval)
-    scenario = load_inputs(inputs)
-    config = resolve(
-        CliOptions(
-            model=model,
-            voice=voice,
-            ref_audio=ref_audio,
-            instructions=instructions,
-            turn_detection=turn_detection,
-            vad_silence_ms=vad_silence_ms,
-            auto_response=auto_response,
-            commit=commit,
-            session_file=session,
-            chunk_ms=chunk_ms,
-            pace=pace,
-            response_timeout_s=response_timeout_s,
-            prebuffer_ms=prebuffer_ms,
-        ),
-        scenario.settings,
+    server_settings = behaviour_setting(list(server_behaviour or []))
+    _ignored_with_url(url, server_behaviour)
+    options = CliOptions(
+        model=model,
+        voice=voice,
+        ref_audio=ref_audio,
+        instructions=instructions,
+        turn_detection=turn_detection,
+        vad_silence_ms=vad_silence_ms,
+        auto_response=auto_response,
+        commit=commit,
+        session_file=session,
+        chunk_ms=chunk_ms,
+        pace=pace,
+        response_timeout_s=response_timeout_s,
+        prebuffer_ms=prebuffer_ms,
     )
-    _say_notes(config.extra_notes)
 
     def progress(line: str) -> None:
         print(f"duplexctl: {line}", file=sys.stderr, flush=True)
 
+    suite = suite_inputs(inputs)
+    if suite is not None:
+        _replay_suite(
+            suite,
+            options,
+            url,
+            api_key,
+            out,
+            overwrite,
+            scrape,
+            server_settings,
+            json_output,
+            progress,
+            push,
+            junit,
+        )
+        return
+    scenario = load_inputs(inputs)
+    config = resolve(options, scenario.settings)
+    _say_notes(config.extra_notes)
     if out is not None:
         prepare_run_dir(out, flag="--out", overwrite=overwrite, command="replay")
     try:
@@ -454,6 +485,7 @@ def replay(
                 handle_sigint=True,
                 scrape=scrape,
                 push=push,
+                server_settings=server_settings,
             )
         )
     except DuplexctlError as exc:  # the server could not be reached (exit 3) …: CI sees why
@@ -487,6 +519,88 @@ def replay(
             bits.append(f"{result.violations} protocol violation(s)")
         bits += result.problems[:3]
         print(f"duplexctl: check failed: {'; '.join(bits)}", file=sys.stderr)
+        missing = (result.report.get("needs_behaviour") or {}).get("missing")
+        if missing:
+            print(f"duplexctl: note: {missing}", file=sys.stderr)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+def _ignored_with_url(url: str | None, server_behaviour: list[str] | None) -> None:
+    """``--server-behaviour`` sets the embedded server's model: with ``--url`` it has none."""
+    if url is not None and server_behaviour:
+        print(
+            "duplexctl: note: --server-behaviour sets the embedded server's model; with --url "
+            "the server's own model answers (ignored)",
+            file=sys.stderr,
+        )
+
+
+def _replay_suite(
+    paths: list[Path],
+    options: Any,
+    url: str | None,
+    api_key: str | None,
+    out: Path | None,
+    overwrite: bool,
+    scrape: Any,
+    server_settings: dict[str, Any],
+    json_output: bool,
+    progress: Any,
+    push: Any,
+    junit: Path | None,
+) -> None:
+    """``replay a.toml b.toml …`` / ``replay DIR``: the scenarios in turn, one table;
+    ``--junit``: one test suite per scenario."""
+    import asyncio
+    import json
+
+    from duplexctl.rundir import announce, prepare_run_dir
+    from duplexctl.scenario.suite import run_suite, table_lines
+
+    if out is not None:
+        prepare_run_dir(out, flag="--out", overwrite=overwrite, command="replay")
+    try:
+        result = asyncio.run(
+            run_suite(
+                paths,
+                options,
+                url,
+                api_key=api_key,
+                out_dir=out,
+                scrape=scrape,
+                server_settings=server_settings,
+                progress=progress,
+                push=push,
+            )
+        )
+    except DuplexctlError as exc:  # the server could not be reached (exit 3) …: CI sees why
+        if junit is not None:
+            from duplexctl.export import junit as junit_xml
+            from duplexctl.export.junit_cases import error_suite
+
+            junit_xml.write(junit, [error_suite("replay", "duplexctl replay (suite)", str(exc))])
+        raise
+    finally:
+        if out is not None:
+            announce(out)
+    if junit is not None:
+        from duplexctl.export import junit as junit_xml
+        from duplexctl.export.junit_cases import replay_suite
+
+        junit_xml.write(junit, [replay_suite(report) for report in result.reports])
+    if json_output:
+        print(json.dumps(result.document()))
+    else:
+        print("\n".join(table_lines(result)))
+    if result.interrupted:
+        print("duplexctl: interrupted: the scenarios not run are listed", file=sys.stderr)
+    elif result.failed:
+        names = ", ".join(r["scenario"] for r in result.failed)
+        print(
+            f"duplexctl: check failed: {len(result.failed)} scenario(s) failed: {names}",
+            file=sys.stderr,
+        )
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 
@@ -831,6 +945,10 @@ def load(
     measure_slot_release: Annotated[
         bool, typer.Option("--measure-slot-release", help="Time a full server takes to re-admit.")
     ] = False,
+    no_slot_release: Annotated[
+        bool,
+        typer.Option("--no-slot-release", help="Capacity search: skip the slot-release wait."),
+    ] = False,
     workers: Annotated[
         int | None,
         typer.Option(help="Processes (default: one per core); with --ray: Ray actors."),
@@ -919,17 +1037,20 @@ def load(
     prometheus_rw_interval: PrometheusRwIntervalOption = None,
     prometheus_rw_histograms: PrometheusRwHistogramsOption = None,
     junit: JunitOption = None,
+    server_behaviour: ServerBehaviourOption = None,
 ) -> None:
     """Many sessions at once: latency under load, admission limit, capacity, SLOs."""
     url = server_url(url, ca_file, insecure)
     push = push_options(prometheus_rw, prometheus_rw_interval, prometheus_rw_histograms)
     junit = junit_path(junit)
 
+    from duplexctl.client.target import server_behaviour as behaviour_setting
     from duplexctl.errors import BadInput
     from duplexctl.load.arrivals import parse_duration
     from duplexctl.load.config import LoadConfig, Mix, workers_for
     from duplexctl.load.run import run_load
 
+    _ignored_with_url(url, server_behaviour)
     overrides: dict[str, object] = {}
     for item in server_option or []:
         key, sep, raw = item.partition("=")
@@ -985,6 +1106,7 @@ def load(
         step_duration_s=seconds(step_duration, "--step-duration") or 20.0,
         max_level=max_level,
         measure_slot_release=measure_slot_release,
+        no_slot_release=no_slot_release,
         slos=list(slo or []),
         ray=ray,
         **workers_for(workers, ray=ray, workers_per_node=workers_per_node),
@@ -1001,6 +1123,7 @@ def load(
             "gpu_slots": server_gpu_slots,
             "unit_compute_ms": server_unit_compute_ms,
             **overrides,
+            **behaviour_setting(list(server_behaviour or [])),
         },
     )
     _say_notes(config.settings.notes)

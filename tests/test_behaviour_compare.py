@@ -141,7 +141,11 @@ def test_trials_of_one_conversation_are_resampled_together(tmp_path: Path) -> No
         (rows[key],) = [r for r in compare.compare(a, b)["rows"] if r["figure"] == "takeover_rate"]
     for row in rows.values():
         assert row["baseline"] == pytest.approx(10 / 60) and row["candidate"] == pytest.approx(0.5)
-        assert row["n_baseline"] == 60 and row["conversations_baseline"] == 6
+        assert (
+            row["n_baseline"] == 60
+            and row["units_baseline"] == 6
+            and row["unit"] == "conversations"
+        )
     assert rows["even"]["flagged"] and rows["even"]["ci_low"] > 0
     assert not rows["lumped"]["significant"] and rows["lumped"]["ci_low"] < 0
     # the interval by conversation is wider than the trial-by-trial one
@@ -154,7 +158,7 @@ def test_too_few_conversations_are_shown_not_tested(tmp_path: Path) -> None:
     conversations to resample."""
     doc = compare.compare(_written(tmp_path / "a", [0, 1, 0, 1]), _written(tmp_path / "b", [9] * 4))
     (row,) = [r for r in doc["rows"] if r["figure"] == "takeover_rate"]
-    assert row["n_baseline"] == 40 and row["conversations_candidate"] == 4
+    assert row["n_baseline"] == 40 and row["units_candidate"] == 4
     assert row["note"] == "too few conversations" and row["ci_low"] is None
     assert not row["flagged"] and doc["comparisons"] == 0
 

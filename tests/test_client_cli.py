@@ -211,11 +211,12 @@ async def test_load_workers_trust_the_ca_file_too(hostile_server: Any) -> None:
     """Workers are fresh processes (spawn): the policy reaches them through the environment."""
     server = await hostile_server("duplex", tls=True)
     code, out, err, _ = await run_cli(
-        "load", "--url", server.url, "--ca-file", str(server.ca_file), "--duration", "2s",
+        "load", CLIP, "--url", server.url, "--ca-file", str(server.ca_file), "--duration", "2s",
         "--sessions", "2", "--workers", "2", "--json",
     )  # fmt: skip
     assert code == 0, err
-    assert json.loads(out)["admission"]["by_kind"] == {"admitted": 2}
+    by_kind = json.loads(out)["admission"]["by_kind"]
+    assert set(by_kind) == {"admitted"} and by_kind["admitted"] >= 2  # every attempt trusted it
 
 
 def test_a_missing_ca_file_is_exit_2(tmp_path: Path) -> None:

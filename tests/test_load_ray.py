@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.browser import chromium_missing, open_page
 from support.cluster import (
     FREED_WITHIN_S,
     GRACE_ARGS,
@@ -149,6 +150,28 @@ def test_a_run_spreads_over_the_nodes_and_merges_exactly(cluster: Any, tmp_path:
     assert len(turns) == report["turns"]["count"]
     assert {json.loads(t)["worker"] for t in turns} == {0, 1}
     assert_merged_exactly(out, report)
+    # the report says it ran on Ray: its node count, each node by address, the id alongside
+    cluster = report["cluster"]
+    assert cluster["ran_on"] == "ray" and cluster["node_count"] == 2
+    ids = {w["node"] for w in workers}
+    assert {n["node"] for n in cluster["nodes"]} == ids
+    for node in cluster["nodes"]:
+        assert node["node_ip"] and node["label"].startswith(node["node_ip"])
+        assert node["label"].endswith(f"node {node['node'][:12]}") and node["workers"] == 1
+    ran_on = next(x for x in run.stdout.splitlines() if x.startswith("ran on Ray: "))
+    assert ran_on.startswith("ran on Ray: 2 nodes: ")
+    assert all(n["label"] in ran_on for n in cluster["nodes"])
+    if chromium_missing() is None:
+        seen = open_page(
+            out / "report.html",
+            tmp_path / "ray.png",
+            evaluate="({ranOn: document.getElementById('ran-on').innerText,"
+            " nodes: Array.from(document.querySelectorAll('#nodes-table tr')).slice(1)"
+            ".map(r => r.cells[0].innerText)})",
+        )
+        assert seen.problems() == []
+        assert seen.facts["ranOn"] == "ran on Ray, 2 nodes"
+        assert sorted(seen.facts["nodes"]) == sorted(n["label"] for n in cluster["nodes"])
 
 
 def assert_merged_exactly(out: Path, report: dict[str, Any]) -> None:

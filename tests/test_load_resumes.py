@@ -55,7 +55,7 @@ def test_a_server_that_drops_every_connection_fails_the_drop_slo(tmp_path: Path)
 
 
 def test_a_healthy_run_says_it_had_no_drops(tmp_path: Path) -> None:
-    args = ["load", SHORT, "--sessions", "1", "--duration", "1s", "--workers", "1", "--plain"]
+    args = ["load", SHORT, "--sessions", "1", "--duration", "3s", "--workers", "1", "--plain"]
     run = subprocess.run(
         duplexctl_cmd(*args, "--slo", "drops<=0", "--server-option", "reply_seconds=1"),
         capture_output=True,

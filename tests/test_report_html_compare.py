@@ -87,7 +87,7 @@ def test_comparison_page_renders_offline(runs: dict[str, Path], tmp_path: Path) 
         page,
         screenshot_path(tmp_path, "compare"),
         evaluate="({verdict: document.getElementById('verdict').textContent,"
-        " failing: Array.from(document.querySelectorAll('#compare-table tr.fail td:first-child'))"
+        " failing: Array.from(document.querySelectorAll('.compare-table tr.fail td:first-child'))"
         ".map(e => e.textContent)})",
     )
     assert seen.problems() == [] and seen.charts_rendered == seen.charts == 1 and seen.svg_marks

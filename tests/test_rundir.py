@@ -89,7 +89,7 @@ def a_file(tmp_path: Path) -> Path:
 
 
 COMMANDS = {
-    "load": ["load", SHORT, "--sessions", "1", "--duration", "1s", "--workers", "1", "--out"],
+    "load": ["load", SHORT, "--sessions", "1", "--duration", "3s", "--workers", "1", "--out"],
     "replay": ["replay", HELLO, "--out"],
     "talk": ["talk", "--output-device", "none", "--duration", "1", "--record"],
 }

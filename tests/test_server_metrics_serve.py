@@ -14,8 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-from support.server import OPEN_SESSION, dial, running, send, ws_url
+from support.server import OPEN_SESSION, dial, open_session, recv_until, running, send, ws_url
 
+from duplexctl.audio import pcm
 from duplexctl.prometheus.exposition import Family, parse
 from duplexctl.protocol import ids
 from duplexctl.server.model import SimulatedGpu, SimulatedModel
@@ -150,3 +151,26 @@ async def test_a_reply_is_observed_in_the_latency_histograms() -> None:
     assert _value(state, "vllm:e2e_request_latency_seconds_count") == 1.0
     assert _value(state, "vllm:request_queue_time_seconds_count") == 1.0
     assert _value(state, "vllm:request_success_total", finished_reason="stop") == 1.0
+
+
+async def test_a_default_server_counts_the_reply_it_is_speaking() -> None:
+    """Unlimited slots (the default): the reply in progress is a running request and fills
+    the KV cache by one admission slot's share, so a default run's server row and charts are
+    not flat zero while it speaks; both fall back to 0 when the reply is over."""
+    speech = pcm.b64encode(pcm.encode(np.full(2400, 0.3, np.float32), "pcm16"))
+    async with running("real", max_sessions=4, reply_seconds=2.0) as server:
+        ws, _created, _updated = await open_session(server)
+        for _ in range(3):
+            await send(ws, {"type": "input_audio_buffer.append", "audio": speech})
+        await send(ws, {"type": "input_audio_buffer.commit", "response_create": True})
+        await recv_until(ws, "response.output_audio.delta", timeout=10)
+        _, speaking = await _scrape(server.port)
+        state = _by_name(speaking)
+        assert _value(state, "vllm:num_requests_running") >= 1.0
+        assert _value(state, "vllm_omni:num_requests_running") >= 1.0
+        assert _value(state, "vllm:kv_cache_usage_perc") == 0.25  # 1 of 4 admission slots
+        await recv_until(ws, "response.done", timeout=10)
+        _, done = await _scrape(server.port)
+        assert _value(_by_name(done), "vllm:num_requests_running") == 0.0
+        assert _value(_by_name(done), "vllm:kv_cache_usage_perc") == 0.0
+        await ws.close()

@@ -247,3 +247,86 @@ async def server_target(
                 f"(simulated model, max_sessions {config.max_sessions})"
             ),
         )
+
+
+#: each behaviour key of ``serve --behaviour`` and what a reader calls it
+BEHAVIOUR_WORDS: Final = {
+    "takeover_on_pause": "takeover of pauses",
+    "backchannel_rate": "backchannels",
+    "stop_latency_ms": "stop latency",
+    "response_gap_ms": "response gap",
+}
+
+
+def server_behaviour(specs: list[str]) -> dict[str, Any]:
+    """``--server-behaviour SPEC`` (repeatable): the embedded server's ``behaviour`` setting,
+    as ``serve --behaviour`` reads it; a bad spec is BadInput naming the option."""
+    if not specs:
+        return {}
+    from duplexctl.server.behaviour import parse_behaviours
+
+    try:
+        return {"behaviour": parse_behaviours(specs)}
+    except ValueError as exc:
+        raise BadInput(f"--server-behaviour: {exc}") from None
+
+
+def missing_behaviour(target: Target, needs: str) -> str | None:
+    """Why the embedded reference model cannot show what a scenario ``needs`` (its
+    ``needs_behaviour``, as ``serve --behaviour`` spells it), and how to turn it on; None
+    when it can, when nothing is needed, or for a ``--url`` server (its model is its own)."""
+    if not needs or target.embedded is None:
+        return None
+    from duplexctl.server.behaviour import Behaviour
+
+    default = Behaviour()
+    try:
+        wanted = default.with_spec(needs)
+    except ValueError as exc:
+        return f"the scenario's needs_behaviour {needs!r} is not a behaviour: {exc}"
+    have = target.embedded.behaviour
+    missing = [
+        word
+        for key, word in BEHAVIOUR_WORDS.items()
+        if getattr(wanted, key) != getattr(default, key)
+        and getattr(have, key) == getattr(default, key)
+    ]
+    if not missing:
+        return None
+    return (
+        f"the embedded reference model has no {' or '.join(missing)} by default; run with "
+        f"--server-behaviour {needs} to turn it on (or --url a model that has it)"
+    )
+
+
+#: what the server's VAD and the client's append grid add to any stop latency (the onset is
+#: heard after some speech, on an append boundary): beyond this, the output unit explains it
+STOP_SLACK_MS: Final = 250.0
+
+
+def stop_latency_note(
+    target: Target, measured_ms: float | None, *, sent_in_full: bool
+) -> str | None:
+    """Why a stop latency measured against the embedded reference model is larger than its
+    configured ``stop-latency-ms`` (0 by default: it stops at once): the model speaks in
+    output units (``chunk_ms``) and stops only what it has not sent, so the unit it had sent
+    when it stopped plays out — or, when the whole answer had left the server before the
+    stop (``sent_in_full``), all of it does. None within the slack, or for a ``--url``
+    server (its configuration is unknown)."""
+    if target.embedded is None or measured_ms is None:
+        return None
+    configured = target.embedded.behaviour.stop_latency_ms
+    if measured_ms <= configured + STOP_SLACK_MS:
+        return None
+    unit = target.embedded.chunk_ms
+    said = f"configured {configured:g} ms" + (
+        " (the default: it stops at once)" if not configured else ""
+    )
+    text = (
+        f"{measured_ms:.0f} ms against the embedded model's {said}: it speaks in {unit} ms "
+        "output units (chunk_ms) and stops only what it has not sent yet, so the unit it had "
+        f"sent plays out (up to {unit} ms more)"
+    )
+    if sent_in_full:
+        text += "; here the whole answer had been sent before it stopped, so all of it played"
+    return text

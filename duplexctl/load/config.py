@@ -186,6 +186,7 @@ class LoadConfig:
     max_level: int = 256
     capacity_start: int = 1
     measure_slot_release: bool = False
+    no_slot_release: bool = False  # --find-capacity without its slot-release measurement
     # judging and output
     slos: list[str] = field(default_factory=list)
     workers: int = 1
@@ -275,6 +276,8 @@ class LoadConfig:
                 f"--send-phases must be between 1 and the chunk ({chunk_ms} ms), "
                 f"got {self.send_phases}"
             )
+        if self.no_slot_release and self.measure_slot_release:
+            raise BadInput("--no-slot-release and --measure-slot-release exclude each other")
         if self.step_duration_s <= 0:
             raise BadInput("--step-duration must be > 0")
         if self.url is not None and not self.url.startswith(("ws://", "wss://")):

@@ -1,7 +1,8 @@
 """What ``duplexctl load`` shows while it runs (oha / k6 style).
 
-On a terminal: a rich Live panel refreshed about once a second — sessions active / admitted /
-rejected, turns per second, rolling ttfa p50/p95/p99 over the last 10 s, send-lag p99 (the
+On a terminal: a rich Live panel refreshed about once a second — what is offered (the
+sessions, the ramp's current target, the rate and arrival process, the client's own limit and
+its queue), sessions active / admitted / rejected, turns per second, rolling ttfa p50/p95/p99 over the last 10 s, send-lag p99 (the
 client's own validity) and errors by code. Not on a terminal (CI logs, pipes): one plain
 line every few seconds with the same numbers. With ``--json`` nothing is printed while the
 run goes, so stdout holds exactly one JSON document.
@@ -12,14 +13,17 @@ snapshots (live percentiles are computed over the union of their recent values).
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TextIO
 
 import numpy as np
 
+from duplexctl.load.arrivals import Ramp
+from duplexctl.load.config import LoadConfig
 from duplexctl.load.recorder import live_percentiles
 from duplexctl.prometheus.run import live_line
 from duplexctl.report.summary import format_value
@@ -31,10 +35,37 @@ RATE_WINDOW_S = 10.0
 RATE_MIN_SPAN_S = 1.0
 
 
+def offered_now(config: LoadConfig) -> Callable[[float, Mapping[str, Any]], str]:
+    """The live view's ``offered`` line for a run's config: what the client offers at an
+    elapsed time (the ramp's current target), the client's own limit and its queue."""
+    ramp = Ramp.parse(config.ramp) if config.ramp else None
+
+    def line(elapsed: float, snap: Mapping[str, Any]) -> str:
+        if config.rate is None:
+            if ramp is None:
+                return f"{config.sessions} sessions at once (closed loop)"
+            return f"ramp target now {ramp.level_at(elapsed)} of {math.floor(ramp.peak)} sessions (closed loop)"
+        rate = ramp.target_at(elapsed) if ramp is not None else config.rate
+        text = f"{rate:.3g} new sessions/s, {config.arrival} arrivals" + (
+            " (ramp target now)" if ramp is not None else ""
+        )
+        if config.max_concurrency:
+            text += (
+                f" · in flight {snap.get('active', 0)} of {config.max_concurrency} (the client's "
+                f"limit) · queued on the client {snap.get('queued', 0)} now, "
+                f"{snap.get('queued_total', 0)} so far"
+            )
+        return text
+
+    return line
+
+
 def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "active": 0,
         "admitted_now": 0,
+        "queued": 0,
+        "queued_total": 0,
         "attempts": 0,
         "admitted": 0,
         "rejected": 0,
@@ -52,6 +83,8 @@ def combine(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for key in (
             "active",
             "admitted_now",
+            "queued",
+            "queued_total",
             "attempts",
             "admitted",
             "rejected",
@@ -137,9 +170,17 @@ class RateWindow:
 class Dashboard:
     """Live view; ``mode`` is ``rich``, ``plain`` or ``off``."""
 
-    def __init__(self, mode: str, *, title: str, stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        mode: str,
+        *,
+        title: str,
+        stream: TextIO | None = None,
+        offered: Callable[[float, Mapping[str, Any]], str] | None = None,
+    ) -> None:
         self.mode = mode
         self.title = title
+        self.offered = offered  # the "offered" line (offered_now), None: not shown
         self.stream = stream or sys.stdout
         self._live: Any = None
         self._t0 = time.monotonic()
@@ -213,6 +254,8 @@ class Dashboard:
             if now - self._last_plain >= PLAIN_EVERY_S:
                 self._last_plain = now
                 lines = [self.line(snap)]
+                if self.offered is not None:
+                    lines.append(f"         offered: {self.offered(now - self._t0, snap)}")
                 if second is not None:
                     lines.append(f"  second {second['second']}: {second_line(second)}")
                 lines += [f"  node {name}: {node_line(n)}" for name, n in (nodes or {}).items()]
@@ -240,6 +283,8 @@ class Dashboard:
             return table
         now, turns, rate, (p50, p95, p99), lag99 = self._rolling(snap)
         table.add_row("elapsed", f"{now - self._t0:.1f} s")
+        if self.offered is not None:
+            table.add_row("offered", self.offered(now - self._t0, snap))
         table.add_row(
             "sessions",
             f"active {snap.get('active', 0)} · admitted now {snap.get('admitted_now', 0)} · "

@@ -246,11 +246,17 @@ class Driver:
                 self.end_reason = "count"
 
     async def _arrival(self, index: int, due: float, slots: asyncio.Semaphore | None) -> None:
+        queued = slots is not None and slots.locked()  # every client-side slot is taken
+        if queued:
+            self.recorder.counts["client_queued"] += 1
+            self.recorder.waiting += 1
         if slots is not None:
             acquire = asyncio.ensure_future(slots.acquire())
             stopped = asyncio.ensure_future(self.stop.wait())
             await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
+            if queued:
+                self.recorder.waiting -= 1
             if not acquire.done() or acquire.cancelled():
                 acquire.cancel()
                 return

@@ -76,6 +76,7 @@ class Recorder(RunTally, Sink):
         self._lag_v: list[float] = []
         self.active = 0
         self.admitted_live = 0
+        self.waiting = 0  # open-loop arrivals waiting for a client-side slot (--max-concurrency)
         self._live_ttfa: deque[tuple[float, float]] = deque()
         # the live window of send lags: one (newest time, values) entry per folded batch, so
         # thousands of appends a second do not become thousands of tuples
@@ -289,6 +290,8 @@ class Recorder(RunTally, Sink):
         return {
             "active": self.active,
             "admitted_now": self.admitted_live,
+            "queued": self.waiting,
+            "queued_total": self.counts["client_queued"],
             "attempts": sum(self.admissions.values()) + self.active,
             "admitted": self.admissions["admitted"] + self.admitted_live,
             "rejected": self.admissions["rejected_capacity"],

@@ -34,7 +34,13 @@ from duplexctl.load.interrupts import Interrupts
 from duplexctl.load.search import find_capacity, measure_slot_release
 from duplexctl.load.step import run_step
 from duplexctl.report.html.page import command_line
-from duplexctl.report.load_report import cause_counts, render_final, tally_of, write_outputs
+from duplexctl.report.load_report import (
+    cause_counts,
+    measured_nothing,
+    render_final,
+    tally_of,
+    write_outputs,
+)
 from duplexctl.rundir import announce, prepare_run_dir
 
 
@@ -47,22 +53,25 @@ class RunResult:
 def run_load(config: LoadConfig) -> RunResult:
     """Validate, run, write and render; the CLI turns ``exit_code`` into the exit status."""
     config.validate()
-    make_plan(config)  # bad audio, scenario or session file: exit 2 before any socket
+    plan = make_plan(config)  # bad audio, scenario or session file: exit 2 before any socket
     if config.ray is not None:  # the cluster first: no extra, no cluster → one line, exit 2 / 3
         from duplexctl.load.cluster.connect import resolve_workers
 
         config = resolve_workers(config)
     if config.out is not None:
         prepare_run_dir(config.out, flag="--out", overwrite=config.overwrite, command="load")
+    first_turn = plan.script.first_turn()
+    for line in too_short(config, *first_turn):
+        print(f"duplexctl: warning: {line}", file=sys.stderr)
     try:
         if config.uvloop:
             try:
                 import uvloop
 
-                return uvloop.run(_main(config))
+                return uvloop.run(_main(config, first_turn))
             except ImportError:
                 pass
-        return asyncio.run(_main(config))
+        return asyncio.run(_main(config, first_turn))
     finally:
         if config.out is not None:
             announce(config.out)
@@ -86,7 +95,24 @@ async def target(config: LoadConfig) -> AsyncIterator[tuple[str, dict[str, Any] 
         yield found.url, echo
 
 
-async def _main(config: LoadConfig) -> RunResult:
+def too_short(config: LoadConfig, turn_s: float, why: str) -> list[str]:
+    """Warnings before the run: a ``--duration`` or ``--step-duration`` shorter than one
+    turn of the inputs (:meth:`~duplexctl.load.script.Script.first_turn`) may measure
+    nothing."""
+    turn = f"one turn of these inputs (about {turn_s:.1f} s: {why})"
+    if config.find_capacity and config.step_duration_s < turn_s:
+        return [
+            f"--step-duration {config.step_duration_s:g}s is shorter than {turn}: a step "
+            "that completes no turn runs again for twice as long"
+        ]
+    if not config.find_capacity and config.duration_s is not None and config.duration_s < turn_s:
+        return [
+            f"--duration {config.duration_s:g}s is shorter than {turn}: the run may complete no turn"
+        ]
+    return []
+
+
+async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
     from duplexctl.client.target import tls_for
     from duplexctl.export.live import pushing
     from duplexctl.prometheus.run import scraping, section, slices_of
@@ -126,9 +152,12 @@ async def _main(config: LoadConfig) -> RunResult:
             report["server_metrics"] = section(
                 scraper, slices=[] if cap else slices_of(report), capacity=cap
             )
-        if (config.measure_slot_release or config.find_capacity) and not irq.interrupted:
+        if config.no_slot_release and config.find_capacity:
+            extra["slot_release"] = {"skipped": "--no-slot-release"}
+        elif (config.measure_slot_release or config.find_capacity) and not irq.interrupted:
             extra["slot_release"] = await measure_slot_release(config, url, irq.stop)
         report.update(extra)
+    report["first_turn"] = {"seconds": round(first_turn[0], 3), "estimate": first_turn[1]}
     return finish(config, report, irq.interrupted, out)
 
 
@@ -202,6 +231,10 @@ def finish(
             )
             code = max(code, 1)
     unreached = None if interrupted else never_admitted(report)
+    empty = None if interrupted or unreached is not None else measured_nothing(report)
+    if empty is not None:  # a run that completed no turn measured nothing: never a quiet 0
+        print(f"duplexctl: check failed: {empty}", file=sys.stderr)
+        code = max(code, 1)
     if unreached is not None:
         print(f"duplexctl: error: {unreached}", file=sys.stderr)
         code = ServerUnreachable.exit_code

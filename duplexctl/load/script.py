@@ -21,7 +21,7 @@ from typing import Final
 from duplexctl.audio import manifest
 from duplexctl.errors import BadInput
 from duplexctl.scenario.clips import AppendCache, SpokenClip, spoken_clip
-from duplexctl.scenario.model import BargeIn, Say, Scenario, Wait
+from duplexctl.scenario.model import BargeIn, Pause, Say, Scenario, Wait
 from duplexctl.scenario.parse import from_audio_files, load_inputs
 
 __all__ = [
@@ -35,6 +35,10 @@ __all__ = [
 
 INPUT_RATE: Final = 16000
 BARGE_IN_CLIP: Final = "interrupt.wav"
+#: what one answer takes, unknown before the run: the reference server's default (0.3 s to
+#: first audio, 2 s of audio played out) and a little room; a turn is over when its answer
+#: has played out (docs/metrics.md "Turn latency")
+ANSWER_ALLOWANCE_S: Final = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,27 @@ class Script:
     interrupt: SpokenClip  # spoken by --mix barge_in
     conversions: tuple[str, ...]
     interrupt_path: Path
+
+    def first_turn(self) -> tuple[float, str]:
+        """How long a session takes to complete its first turn, estimated before the run:
+        the user's speech up to the first step that waits for an answer (a ``say``'s file
+        to its end of speech, each ``pause`` and the speech after it), plus
+        :data:`ANSWER_ALLOWANCE_S`; and the words that say so (``followup.wav speaks
+        until 3.1 s``)."""
+        speech_ms, names = 0.0, []
+        for step in self.scenario.steps:
+            if isinstance(step, Say):
+                clip = self.clips[step.file]
+                speech_ms += clip.speech_end_ms
+                names.append(step.file.name)
+            elif isinstance(step, Pause):
+                clip = self.clips[step.file]
+                speech_ms += step.ms + clip.speech_end_ms - clip.speech_start_ms
+            elif names:
+                break
+        seconds = speech_ms / 1000 + ANSWER_ALLOWANCE_S
+        said = f"{' + '.join(dict.fromkeys(names)) or 'the first turn'} speaks until {speech_ms / 1000:.1f} s"
+        return seconds, f"{said}, then about {ANSWER_ALLOWANCE_S:g} s for its answer"
 
     @property
     def turns(self) -> int:

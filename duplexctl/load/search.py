@@ -4,7 +4,15 @@ Capacity search. Each step is a complete, timed load run (``--step-duration``) a
 offered level — concurrent sessions (closed loop) or sessions/s (``--rate`` given: open
 loop) — judged by the run's own criteria: no capacity rejections, no failed attempts
 (refused, timed out …), every ``--slo`` held, and the client's own pacing valid (a step the
-client could not pace says nothing about the server, so it fails as ``invalid_pacing``). :class:`~duplexctl.load.capacity.CapacitySearch`
+client could not pace says nothing about the server, so it fails as ``invalid_pacing``).
+
+A step is judged only once it has something to judge (:func:`unjudged`): its admitted
+sessions completed at least one turn, and every figure an ``--slo`` names has at least one
+sample (a percentile from few turns is their maximum: a pass means every turn met it).
+A step that has not is run again at the same level for twice as long, at most
+``MAX_STEP_EXTENSIONS`` times (up to 4 × ``--step-duration``), and then fails as "too few
+turns to judge"; a step that already failed on admission is not extended (more time would
+not change its verdict). Each try is kept in the step's ``runs``. :class:`~duplexctl.load.capacity.CapacitySearch`
 proposes the levels: up geometrically until the first failure, then bisection. The report
 says the largest level that met everything, where capacity rejections began, and how the
 first failing step failed (its reason, admission codes and ttfa).
@@ -21,8 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from duplexctl.client.connection import (
@@ -38,13 +47,18 @@ from duplexctl.load.engine import make_plan
 from duplexctl.load.interrupts import Interrupts
 from duplexctl.load.step import run_step
 from duplexctl.report.load_report import tally_of
-from duplexctl.report.slo import evaluate, parse_slos
+from duplexctl.report.slo import SloResult, evaluate, parse_slos
 
 POLL_S: Final = 0.025
 SLOT_RELEASE_LIMIT_S: Final = 45.0
 STEP_PAUSE_S: Final = 1.0
+#: a step that cannot be judged runs again for twice as long at most this many times (so at
+#: most 4 × --step-duration), then fails as "too few turns to judge"
+MAX_STEP_EXTENSIONS: Final = 2
 #: Most idle sessions opened to find a full server (bounds the slot-release measurement).
 MAX_HOLDERS: Final = 1024
+#: while the slot-release wait goes on, a line this often says so (the live view is stopped)
+PROGRESS_EVERY_S: Final = 5.0
 
 
 async def find_capacity(
@@ -62,30 +76,50 @@ async def find_capacity(
     slos = parse_slos(config.slos)
     steps: list[dict[str, Any]] = []
     reports: dict[int, dict[str, Any]] = {}
+    tried: list[dict[str, Any]] = []  # every run of every step: the search's totals
     rejections_began: int | None = None
+    began = time.monotonic()
     while (level := search.next_level()) is not None and not irq.stop.is_set():
-        step_cfg = dataclasses.replace(
-            config,
-            find_capacity=False,
-            sessions=None if open_loop else level,
-            rate=float(level) if open_loop else None,
-            duration_s=config.step_duration_s,
-            count=None,
-            slos=list(config.slos),
-        )
-        started = time.monotonic()
-        live_export.step(level)  # --prometheus-rw: this step's series carry level=...
-        report = await run_step(
-            step_cfg, url, embedded, irq, out=None, title=f"capacity step: {level} {unit}"
-        )
+        duration = config.step_duration_s
+        runs: list[dict[str, Any]] = []
+        while True:  # the step's rule: run until it can be judged (module docstring)
+            step_cfg = dataclasses.replace(
+                config,
+                find_capacity=False,
+                sessions=None if open_loop else level,
+                rate=float(level) if open_loop else None,
+                duration_s=duration,
+                count=None,
+                slos=list(config.slos),
+            )
+            started = time.monotonic()
+            live_export.step(level)  # --prometheus-rw: this step's series carry level=...
+            report = await run_step(
+                step_cfg, url, embedded, irq, out=None, title=f"capacity step: {level} {unit}"
+            )
+            if irq.interrupted:
+                break
+            headline = tally_of(report).headline()
+            results = evaluate(slos, headline, report["scalars"])
+            missing = unjudged(report, results)
+            runs.append({"duration_s": duration, "turns": report["turns"]["count"]})
+            tried.append(report)
+            if missing is None or len(runs) > MAX_STEP_EXTENSIONS or _refused(report):
+                break
+            say(
+                f"capacity step {level} {unit}: {missing} in {duration:g} s; "
+                f"running it again for {2 * duration:g} s"
+            )
+            duration *= 2
         if on_step is not None:
             on_step(level, started, time.monotonic())
         if irq.interrupted:
             break
-        headline = tally_of(report).headline()
-        results = evaluate(slos, headline, report["scalars"])
         rejected = report["admission"]["by_kind"].get("rejected_capacity", 0)
         reasons = []
+        if missing is not None:
+            spans = ", ".join(f"{r['duration_s']:g} s" for r in runs)
+            reasons.append(f"too few turns to judge: {missing} (ran {spans})")
         if rejected:
             codes = ", ".join(
                 f"{k.split(':', 1)[1]} {n}"
@@ -103,7 +137,11 @@ async def find_capacity(
                 if c != "rejected_capacity"
             )
             reasons.append(f"{failed} failed attempts ({causes})")
-        reasons.extend(f"SLO failed: {r.describe()}" for r in results if not r.passed)
+        reasons.extend(
+            f"SLO failed: {r.describe()}"
+            for r in results
+            if not r.passed and (missing is None or r.actual is not None)
+        )
         if report["validity"]["invalid_pacing"]:
             reasons.append("invalid_pacing (client could not keep real time)")
         passed = not reasons
@@ -120,23 +158,30 @@ async def find_capacity(
                 "rejection_rate": report["admission"]["rejection_rate"],
                 "observed_capacity": report["admission"]["observed_capacity"],
                 "admission": report["admission"]["by_code"],
+                "advertised_limit": report["admission"]["advertised_limit"],
                 "slo": [r.to_dict() for r in results],
+                "turns": report["turns"]["count"],
+                "duration_s": duration,
+                "runs": runs,
                 # --ray: where the step ran (node id → sessions started there)
                 "nodes": sessions_by_node(report["workers"]),
             }
         )
         reports[level] = report
         await asyncio.sleep(STEP_PAUSE_S)
+    wall = time.monotonic() - began
     result = search.result()
     best = result.largest_pass
     base = reports.get(best) if best is not None else None
+    figures_from = best
     if base is None:
-        base = reports[max(reports)] if reports else {}
+        figures_from = max(reports) if reports else None
+        base = reports[figures_from] if figures_from is not None else {}
     report = dict(base)
+    at_best: list[SloResult] = []
     if best is not None:
-        report["slo"] = [
-            r.to_dict() for r in evaluate(slos, tally_of(base).headline(), base["scalars"])
-        ]
+        at_best = evaluate(slos, tally_of(base).headline(), base["scalars"])
+        report["slo"] = [r.to_dict() for r in at_best]
     first_fail = reports.get(result.first_fail) if result.first_fail is not None else None
     report["capacity_search"] = {
         "unit": unit,
@@ -160,8 +205,88 @@ async def find_capacity(
             "no failed attempts",
             "valid pacing",
         ],
+        # the level whose step's figures the report's own sections hold (the answer's)
+        "figures_from": figures_from,
+        "totals": search_totals(tried, wall),
     }
+    limits = [s["advertised_limit"] for s in steps if s.get("advertised_limit") is not None]
+    report["capacity_search"]["advertised_limit"] = max(limits) if limits else None
+    report["capacity_search"]["answer"] = answer(report["capacity_search"], at_best)
     return report
+
+
+def search_totals(runs: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """What the whole search did (every run of every step, extended tries included): its
+    wall time, attempts by outcome and the causes of those not admitted, turns."""
+    by_kind: dict[str, int] = {}
+    causes: dict[str, int] = {}
+    for report in runs:
+        for kind, n in report["admission"]["by_kind"].items():
+            by_kind[kind] = by_kind.get(kind, 0) + n
+        for cause, n in report["admission"]["causes"].items():
+            causes[cause] = causes.get(cause, 0) + n
+    return {
+        "wall_s": round(wall_s, 3),
+        "runs": len(runs),
+        "attempts": sum(by_kind.values()),
+        "by_kind": by_kind,
+        "causes": causes,
+        "turns": sum(r["turns"]["count"] for r in runs),
+    }
+
+
+def answer(cap: dict[str, Any], slo: Sequence[SloResult]) -> str:
+    """The search's answer in one line: "holds 3 sessions with every SLO met (ttfa_p95<=800ms:
+    512 ms); first failure at 4 sessions: 12 capacity rejections (…); the server advertised
+    limit 3"."""
+    unit = cap["unit"]
+    best = cap["largest_pass"]
+    if best is None and cap.get("first_fail") is None:
+        return "no step was completed: no answer (the search was stopped first)"
+    if best is None:
+        text = f"holds no level: not even {cap['first_fail']} {unit} met the criteria"
+    else:
+        met = ", ".join(r.describe().removeprefix("PASS ") for r in slo)
+        text = f"holds {best} {unit} " + (
+            f"with every SLO met ({met})"
+            if met
+            else "with no rejection and no failed attempt (no --slo: latency not judged)"
+        )
+    if cap.get("first_fail") is not None and best is not None:
+        text += f"; first failure at {cap['first_fail']} {unit}: {cap['fail_reason'] or 'see the steps'}"
+    elif cap.get("first_fail") is None:
+        text += f"; no failure up to {best} {unit} (the highest level tried: --max-level)"
+    else:
+        text += f": {cap['fail_reason'] or 'see the steps'}"
+    limit = cap.get("advertised_limit")
+    text += (
+        f"; the server advertised limit {limit}"
+        if limit is not None
+        else "; the server advertised no limit"
+    )
+    return text
+
+
+def unjudged(report: dict[str, Any], results: Sequence[SloResult]) -> str | None:
+    """Why a step cannot be judged yet, or None: it admitted sessions but completed no turn,
+    or an SLO's figure has no sample (``no ttfa_p95 sample``)."""
+    if not report["admission"]["by_kind"].get("admitted"):
+        return None  # nothing was admitted: the rejections judge it, more time will not
+    if not report["turns"]["count"]:
+        return "no turn completed"
+    empty = [r.expr for r in results if r.actual is None]
+    return f"no sample for {', '.join(empty)}" if empty else None
+
+
+def _refused(report: dict[str, Any]) -> bool:
+    """Whether the step already failed on admission: running it longer changes nothing."""
+    adm = report["admission"]
+    return bool(adm["by_kind"].get("rejected_capacity", 0) or adm["failed"])
+
+
+def say(line: str) -> None:
+    """A progress line on stderr (stdout may be the one JSON document)."""
+    print(f"duplexctl: {line}", file=sys.stderr, flush=True)
 
 
 def sessions_by_node(workers: list[dict[str, Any]]) -> dict[str, int]:
@@ -191,6 +316,11 @@ async def measure_slot_release(config: LoadConfig, url: str, stop: asyncio.Event
         except AdmissionRejected:
             return None
 
+    say(
+        "slot release: filling the server to its admission limit with idle sessions, then "
+        "timing a new admission after a clean close and after a dropped connection (each "
+        f"waits at most {SLOT_RELEASE_LIMIT_S:g} s; --no-slot-release skips this)"
+    )
     try:
         limit: int | None = None
         for _ in range(MAX_HOLDERS):
@@ -212,12 +342,25 @@ async def measure_slot_release(config: LoadConfig, url: str, stop: asyncio.Event
                 t_end = await victim.drop()
                 holders.append(victim)  # closed (resumed, then closed) at the end
             waiter, attempts = None, 0
-            deadline = time.monotonic() + SLOT_RELEASE_LIMIT_S
+            began = time.monotonic()
+            deadline = began + SLOT_RELEASE_LIMIT_S
+            told = began
             while waiter is None and time.monotonic() < deadline and not stop.is_set():
                 attempts += 1
                 waiter = await try_open()
                 if waiter is None:
                     await asyncio.sleep(POLL_S)
+                    if time.monotonic() - told >= PROGRESS_EVERY_S:
+                        told = time.monotonic()
+                        say(
+                            f"slot release after {how.replace('_', ' ')}: still full after "
+                            f"{told - began:.0f} s of at most {SLOT_RELEASE_LIMIT_S:g} s"
+                            + (
+                                " (a dropped session is held for its disconnect grace)"
+                                if how == "abrupt_drop"
+                                else ""
+                            )
+                        )
             if waiter is None:
                 out[how] = {
                     "slot_release_ms": None,

@@ -48,6 +48,7 @@ from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import BargeIn, Cancel, Drop, Pace, Scenario, Step, Wait
 from duplexctl.scenario.results import behaviour_figures
 from duplexctl.scenario.runner import Headless, Replay
+from duplexctl.scenario.state import BACKCHANNEL
 from duplexctl.units import NS_PER_MS, NS_PER_S
 
 #: Offset of a mix interruption after the answer's first audio.
@@ -360,7 +361,7 @@ class LoadSession:
         self._count_resumes(runner)
         rec.unanswered_turns = errors.get("no_response", 0)
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
-        rec.turns = len(runner.turns)
+        rec.turns = sum(t.times.end_mode != BACKCHANNEL for t in runner.turns)  # user turns
         if self.config.pace is Pace.REALTIME:  # fast pace has no conversation timeline
             self.sink.behaviour(rec.t_end, behaviour_figures(runner.state), rec)
         rec.turns_cut = runner.unreported_turns

@@ -21,7 +21,7 @@ from typing import Any
 from duplexctl.export import live as live_export
 from duplexctl.export.live import Cadence
 from duplexctl.load.config import LoadConfig
-from duplexctl.load.dashboard import Dashboard
+from duplexctl.load.dashboard import Dashboard, offered_now
 from duplexctl.load.engine import drive, make_recorder
 from duplexctl.load.interrupts import Interrupts
 from duplexctl.load.recorder import Recorder
@@ -42,7 +42,7 @@ async def run_step(
 ) -> dict[str, Any]:
     """One load run (or one capacity step) → its report."""
     mode = "off" if quiet else Dashboard.choose(json_output=config.json_output, live=config.live)
-    dash = Dashboard(mode, title=title)
+    dash = Dashboard(mode, title=title, offered=offered_now(config))
     t0 = time.monotonic()
     # the step ends by its own timer (which sets step_stop) or by Ctrl-C (irq.stop)
     step_stop = asyncio.Event()

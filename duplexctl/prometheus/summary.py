@@ -5,9 +5,15 @@
   anything: the delta (a value that goes down is a server restart: counting starts again).
 * **Gauges**: min / mean / max of the scraped values in the window (mean over scrapes at a
   fixed interval: a time average).
-* **Histograms**: the bucket counts' delta over the window, and percentiles from it,
-  interpolated inside the bucket as Prometheus' ``histogram_quantile`` does (so a p99 is only
-  as fine as the server's buckets).
+* **Histograms**: the bucket counts' delta over the window, reported as what they know: the
+  count, the mean (sum / count, exact) and, for each percentile, the bucket bounds it falls
+  in (``p50 in (0.25, 0.5] s``). Not as interpolated points: Prometheus'
+  ``histogram_quantile`` puts a p50 at 0.375 s when every value is 0.300 s, and at 150 ms
+  in a bucket (0, 0.3] when every value is 0 — an operator reading that hunts a queue that
+  does not exist. Where the sum is 0 every observation was 0 (the server's histograms are of
+  durations), so every percentile is exactly 0, never positive; with fewer than
+  ``MIN_SPREAD`` observations there is no spread to speak of, and only the count and the
+  mean are given.
 
 The key series (running / waiting requests, KV cache usage, GPU utilisation when a DCGM
 exporter is scraped, duplex sessions in grace) are combined over an endpoint's label sets
@@ -28,6 +34,11 @@ from typing import Any, Final, Literal
 from duplexctl.prometheus.store import FILE_NAME, SeriesKey, Store
 
 PERCENTILES: Final = (50.0, 90.0, 99.0)
+#: fewer observations than this in a window: count and mean only, no percentiles (a p50 /
+#: p90 / p99 "spread" of one to four values is the same value or two, dressed up)
+MIN_SPREAD: Final = 5
+#: a sum this close to 0 (per observation) is 0: float deltas of a sum are not exact
+ZERO_SUM: Final = 1e-12
 #: labels every vLLM series carries: left out of the printed summary's counter lines
 QUIET_LABELS: Final = frozenset({"model_name", "engine", "stage", "replica"})
 
@@ -96,24 +107,74 @@ def gauge_stats(values: Sequence[float]) -> dict[str, float] | None:
     }
 
 
-def quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Prometheus ``histogram_quantile``: ``buckets`` are (upper bound, cumulative count)."""
+def bucket_of(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """The bucket the ``q``-th quantile falls in, as (lower, upper] bounds: the first bucket
+    whose cumulative count reaches ``q × count`` (``buckets`` are (upper bound, cumulative
+    count)). The first bucket's lower bound is 0 (the histograms are of durations); the +Inf
+    bucket's upper bound is ``inf``. None when the histogram counted nothing."""
     ordered = sorted(buckets)
     if not ordered or ordered[-1][1] <= 0:
         return None
-    total = ordered[-1][1]
-    rank = q * total
-    prev_bound, prev_count = 0.0, 0.0
+    rank = q * ordered[-1][1]
+    lower = min(0.0, ordered[0][0])
     for bound, count in ordered:
-        if count >= rank:
-            if math.isinf(bound):
-                return prev_bound  # the +Inf bucket: its lower bound is all that is known
-            if count == prev_count:
-                return bound
-            lower = prev_bound if prev_bound < bound else 0.0
-            return lower + (bound - lower) * (rank - prev_count) / (count - prev_count)
-        prev_bound, prev_count = bound, count
-    return prev_bound
+        if count >= rank and count > 0:
+            return (lower, bound)
+        lower = bound
+    return (lower, math.inf)
+
+
+def histogram_percentiles(
+    count: float, total: float | None, buckets: Sequence[tuple[float, float]]
+) -> tuple[dict[str, dict[str, float | None] | None], str]:
+    """Each percentile's bounds (``{"p50": {"low": 0.25, "high": 0.5}}``; ``high`` None is
+    +Inf, ``low == high == 0`` exactly 0) and the note that qualifies them (module
+    docstring): no percentiles below ``MIN_SPREAD`` observations, all 0 when the sum is 0."""
+    keys = [f"p{p:g}" for p in PERCENTILES]
+    if count <= 0:
+        return dict.fromkeys(keys), ""
+    if count < MIN_SPREAD:
+        return dict.fromkeys(keys), f"count and mean only: a spread needs {MIN_SPREAD} observations"
+    if total is not None and abs(total) <= ZERO_SUM * count:
+        return {k: {"low": 0.0, "high": 0.0} for k in keys}, "sum 0: every observation was 0"
+    out: dict[str, dict[str, float | None] | None] = {}
+    for key, p in zip(keys, PERCENTILES, strict=True):
+        found = bucket_of(p / 100.0, buckets)
+        out[key] = (
+            None
+            if found is None
+            else {"low": found[0], "high": None if math.isinf(found[1]) else found[1]}
+        )
+    return out, ""
+
+
+def histogram_text(h: Mapping[str, Any], unit: str = "s") -> str:
+    """One scraped histogram in words: ``8 observations, mean 0.3 s, p50–p99 in (0.25, 0.5]
+    s`` (the percentiles that share a bucket said once), or its note."""
+    count = h.get("count") or 0
+    parts = [f"{count:g} observation{'s' if count != 1 else ''}"]
+    if not count:
+        return parts[0]
+    if h.get("mean") is not None:
+        parts.append(f"mean {h['mean']:.3g} {unit}")
+    bounds = [(f"p{p:g}", h.get(f"p{p:g}")) for p in PERCENTILES]
+    if all(isinstance(b, Mapping) for _k, b in bounds):
+        groups: list[tuple[list[str], Mapping[str, Any]]] = []
+        for key, b in bounds:
+            if groups and groups[-1][1] == b:
+                groups[-1][0].append(key)
+            else:
+                groups.append(([key], b))  # type: ignore[arg-type]
+        for keys, b in groups:
+            name = keys[0] if len(keys) == 1 else f"{keys[0]}–{keys[-1]}"
+            if b["low"] == b["high"] == 0:
+                parts.append(f"{name} 0 {unit}")
+            elif b["high"] is None:
+                parts.append(f"{name} above {b['low']:g} {unit}")
+            else:
+                parts.append(f"{name} in ({b['low']:g}, {b['high']:g}] {unit}")
+    text = ", ".join(parts)
+    return f"{text} ({h['note']})" if h.get("note") else text
 
 
 class Summariser:
@@ -170,17 +231,23 @@ class Summariser:
         out = []
         for (endpoint, family, labels), g in groups.items():
             count = g.get("count", max((c for _, c in g["buckets"]), default=0.0))
-            entry: dict[str, Any] = {
-                "endpoint": endpoint,
-                "name": family,
-                "labels": dict(labels),
-                "count": count,
-                "sum": g.get("sum"),
-                "mean": (g["sum"] / count) if count and g.get("sum") is not None else None,
-            }
-            for p in PERCENTILES:
-                entry[f"p{p:g}"] = quantile(p / 100.0, g["buckets"]) if count else None
-            out.append(entry)
+            total = g.get("sum")
+            bounds, note = histogram_percentiles(count, total, g["buckets"])
+            mean = (total / count) if count and total is not None else None
+            if mean is not None and abs(mean) <= ZERO_SUM:
+                mean = 0.0
+            out.append(
+                {
+                    "endpoint": endpoint,
+                    "name": family,
+                    "labels": dict(labels),
+                    "count": count,
+                    "sum": total,
+                    "mean": mean,
+                    **bounds,
+                    "note": note,
+                }
+            )
         return out
 
     def key(self, t0: float, t1: float) -> dict[str, dict[str, float]]:
@@ -349,10 +416,7 @@ def render_lines(section: dict[str, Any]) -> list[str]:
     for h in section.get("histograms", []):
         if not h["count"]:
             continue
-        ps = " ".join(
-            f"p{p:g} {h[f'p{p:g}']:.3f}" for p in PERCENTILES if h.get(f"p{p:g}") is not None
-        )
-        lines.append(f"  {h['name']}: {h['count']:.0f} in the run, {ps} s")
+        lines.append(f"  {h['name']}: {histogram_text(h)}")
     for c in section.get("counters", []):
         if c["delta"]:
             label = ",".join(f"{k}={v}" for k, v in c["labels"].items() if k not in QUIET_LABELS)

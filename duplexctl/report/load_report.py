@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -73,6 +74,98 @@ def behaviour_rates(counts: Mapping[str, int]) -> dict[str, float | None]:
         ),
         "backchannels_per_min": _rate(counts["behaviour.backchannels"], speech_min),
     }
+
+
+def offered_load(config: Mapping[str, Any], *, observed: int, queued: int) -> dict[str, Any]:
+    """What the run offered the server (docs/metrics.md "Offered load"): the loop, its
+    sessions or rate and arrival process, a ramp, the client's own limit
+    (``--max-concurrency``) and how many arrivals queued for it; and whether the observed
+    capacity is only what the client offered or allowed (then it says nothing of the
+    server's capacity but that it is at least that)."""
+    ramp = config.get("ramp")
+    if config.get("find_capacity"):
+        return {
+            "loop": "open" if config.get("rate") is not None else "closed",
+            "text": "a capacity search: each step offers its own level (see the steps)",
+            "client_limit": None,
+            "queued_on_client": queued,
+            "observed_is_offered": False,
+        }
+    if config.get("rate") is None:
+        sessions = config.get("sessions")
+        peak = sessions
+        if ramp:
+            text = f"concurrent sessions following the ramp {ramp} (closed loop)"
+            targets = [float(p.rpartition(":")[2]) for p in str(ramp).split(",") if ":" in p]
+            peak = math.floor(max(targets)) if targets else None
+        else:
+            text = f"{sessions} sessions at once (closed loop: each speaks its turns, closes and starts over)"
+        return {
+            "loop": "closed",
+            "sessions": sessions,
+            "ramp": ramp,
+            "text": text,
+            "client_limit": None,
+            "queued_on_client": 0,
+            "observed_is_offered": peak is not None and observed >= peak,
+            "offered_peak": peak,
+        }
+    arrival = str(config.get("arrival") or "poisson")
+    process = {"poisson": "Poisson", "constant": "evenly spaced", "gamma": "gamma"}.get(
+        arrival, arrival
+    )
+    if arrival == "gamma":
+        process += f" (burstiness {config.get('burstiness', 1.0):g})"
+    limit = config.get("max_concurrency")
+    rate = (
+        f"the ramp {ramp} new sessions/s" if ramp else f"{float(config['rate']):g} new sessions/s"
+    )
+    text = f"{rate}, {process} arrivals (open loop)"
+    if limit:
+        text += f", at most {limit} in flight (the client's limit, --max-concurrency)"
+    return {
+        "loop": "open",
+        "rate": config.get("rate"),
+        "arrival": arrival,
+        "burstiness": config.get("burstiness"),
+        "ramp": ramp,
+        "text": text,
+        "client_limit": limit,
+        "queued_on_client": queued,
+        "observed_is_offered": limit is not None and observed >= int(limit),
+        "offered_peak": limit,
+    }
+
+
+def ray_nodes(workers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The Ray nodes a ``--ray`` run's workers ran on ([] for a local run, whose workers
+    name no node), each by its address and host with its id alongside, its workers and the
+    sessions they started; a node's label is what a reader finds it by (``10.0.0.5 (gpu-2)``)."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for w in workers:
+        node = w.get("node")
+        if node is None:
+            continue
+        entry = nodes.setdefault(
+            str(node),
+            {
+                "node": str(node),
+                "node_ip": w.get("node_ip"),
+                "host": w.get("host"),
+                "workers": 0,
+                "sessions_started": 0,
+                "lost": False,
+            },
+        )
+        entry["workers"] += 1
+        entry["sessions_started"] += int(w.get("sessions_started") or 0)
+        entry["lost"] = entry["lost"] or bool(w.get("lost"))
+    for entry in nodes.values():
+        where = entry["node_ip"] or entry["host"] or "unknown address"
+        if entry["host"] and entry["node_ip"] and entry["host"] != entry["node_ip"]:
+            where = f"{entry['node_ip']} ({entry['host']})"
+        entry["label"] = f"{where}, node {entry['node'][:12]}"
+    return sorted(nodes.values(), key=lambda e: (str(e["node_ip"]), str(e["host"]), e["node"]))
 
 
 def build_report(
@@ -172,6 +265,7 @@ def build_report(
             "advertised_limit": advertised,
             "advertised_limits_seen": {str(k): v for k, v in limits.items()},
             "observed_capacity": observed,
+            "offered": offered_load(config, observed=observed, queued=counts["client_queued"]),
             "rejection_rate": scalars["rejection_rate"],
             "capacity_rejection_rate": scalars["capacity_rejection_rate"],
             "failure_rate": scalars["failure_rate"],
@@ -238,6 +332,9 @@ def build_report(
         "workers": workers,
         "recorder": tally.encode(),
     }
+    nodes = ray_nodes(workers)
+    if nodes:  # a --ray run says so: how many nodes, each by its address, the id alongside
+        report["cluster"] = {"ran_on": "ray", "node_count": len(nodes), "nodes": nodes}
     if runs:
         report["runs"] = [dict(r) for r in runs]
         report["merge_rules"] = dict(MERGE_RULES)
@@ -361,15 +458,65 @@ def merge_jsonl(parts: Iterable[Path], target: Path) -> None:
 # -- rendering ------------------------------------------------------------------------------------
 
 
-def summary_lines(report: Mapping[str, Any]) -> list[str]:
-    """The plain-text final summary (also printed under the rich table)."""
-    a, t, v = report["admission"], report["turns"], report["validity"]
+def lead_lines(report: Mapping[str, Any]) -> list[str]:
+    """What a summary says first: that the run was interrupted; where it ran (a ``--ray``
+    run: its nodes); a capacity search's answer, what the whole search did, its steps and
+    the slot release (the sections after are one step's own, and say so)."""
     lines = []
     if report.get("interrupted"):
         lines.append("interrupted: partial report (every session was closed with session.close)")
+    cluster = report.get("cluster")
+    if cluster:
+        lines.append(f"ran on Ray: {cluster_text(cluster)}")
+    cap = report.get("capacity_search")
+    if cap:
+        lines.extend(capacity_lines(cap))
+        lines.extend(slot_release_lines(report))
+        if cap.get("figures_from") is not None:
+            lines.append(
+                f"the step at {cap['figures_from']} {cap.get('unit', 'sessions')} "
+                "(every figure below is that step's own):"
+            )
+    return lines
+
+
+def cluster_text(cluster: Mapping[str, Any]) -> str:
+    """``2 nodes: 10.0.0.5 (gpu-1), node 3f2a… (2 workers, 40 sessions); …``."""
+    count = cluster.get("node_count", len(cluster.get("nodes", [])))
+    parts = [
+        f"{n['label']} ({n['workers']} worker{'s' if n['workers'] != 1 else ''}, "
+        f"{n['sessions_started']} sessions{', LOST' if n.get('lost') else ''})"
+        for n in cluster.get("nodes", [])
+    ]
+    return f"{count} node{'s' if count != 1 else ''}: " + "; ".join(parts)
+
+
+def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
+    """The plain-text final summary (also printed under the rich table); ``lead=False``
+    leaves out :func:`lead_lines` (printed before the figures' table)."""
+    a, t, v = report["admission"], report["turns"], report["validity"]
+    lines = lead_lines(report) if lead else []
+    cap = report.get("capacity_search")
     by_kind = ", ".join(f"{k} {n}" for k, n in sorted(a["by_kind"].items())) or "none"
     runs = report.get("runs") or []
+    offered = a.get("offered") or {}
+    if offered.get("text") and not cap:
+        queued = offered.get("queued_on_client") or 0
+        lines.append(
+            f"offered: {offered['text']}"
+            + (
+                f"; {queued} arrivals queued on the client for a slot"
+                if offered.get("client_limit")
+                else ""
+            )
+        )
     peak = f"{a['observed_capacity']}" + (f" (largest of {len(runs)} runs)" if runs else "")
+    if offered.get("observed_is_offered"):
+        peak += (
+            f" = the client's limit (--max-concurrency {offered['client_limit']}), not the server's"
+            if offered.get("client_limit")
+            else f" = every session offered (the server held them all: its capacity is at least {peak})"
+        )
     lines.append(
         f"sessions: {a['attempts']} attempts ({by_kind}); observed capacity {peak}; "
         f"advertised limit {a['advertised_limit'] if a['advertised_limit'] is not None else '–'}"
@@ -382,8 +529,10 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             f"{format_value(run['audio_throughput'])}"
         )
     lines.extend(admission_lines(a))
+    empty = measured_nothing(report)
     lines.append(
         f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'})"
+        + (f" — {empty}" if empty else "")
     )
     lines.append(drops_line(report))
     figs = report["figures"]
@@ -415,24 +564,61 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     slicing = report.get("slicing") or {}  # absent from reports before slices were capped
     if slicing.get("note"):
         lines.append(f"time slices: {slicing['note']}")
-    cap = report.get("capacity_search")
-    if cap:
-        lines.extend(capacity_lines(cap))
-    sr = report.get("slot_release")
-    if sr:
-        for how, entry in sr.items():
-            value = entry.get("slot_release_ms")
-            lines.append(
-                f"slot release after {how}: {format_value(value)} ms"
-                + (f" ({entry['note']})" if entry.get("note") else "")
-            )
+    if not cap:
+        lines.extend(slot_release_lines(report))
+    at = f" at {cap['figures_from']} {cap.get('unit', 'sessions')}" if cap else ""
     for res in report.get("slo", []):
         verdict = "PASS" if res["passed"] else "FAIL"
         actual = "no samples" if res["actual"] is None else format_value(res["actual"])
         lines.append(
-            f"SLO {verdict} {res['expr']}: {actual}" + (f" (n={res['n']})" if res.get("n") else "")
+            f"SLO {verdict} {res['expr']}{at}: {actual}"
+            + (f" (n={res['n']})" if res.get("n") else "")
         )
     return lines
+
+
+def slot_release_lines(report: Mapping[str, Any]) -> list[str]:
+    """How long a full server took to admit again after a clean close and after a drop
+    (``--measure-slot-release``, and after a capacity search), or why it was not measured."""
+    sr = report.get("slot_release")
+    if not sr:
+        return []
+    lines = []
+    for how in ("clean_close", "abrupt_drop"):
+        entry = sr.get(how)
+        if not isinstance(entry, Mapping):
+            continue
+        value = entry.get("slot_release_ms")
+        lines.append(
+            f"slot release after {how.replace('_', ' ')}: {format_value(value)} ms"
+            + (f" ({entry['note']})" if entry.get("note") else "")
+        )
+    why = sr.get("skipped") or sr.get("note") or sr.get("error")
+    if why:
+        lines.append(f"slot release: {'stopped' if lines else 'not measured'} ({why})")
+    return lines
+
+
+def measured_nothing(report: Mapping[str, Any]) -> str | None:
+    """The one line of a run whose sessions were admitted but completed no turn (nothing
+    was measured: every latency figure is empty), with how long a turn of its inputs takes
+    (``first_turn``, estimated before the run); None when a turn completed, no session was
+    admitted (its own line says why), or for a capacity search (each step says it)."""
+    if report.get("capacity_search") or report.get("turns", {}).get("count"):
+        return None
+    if not report.get("admission", {}).get("by_kind", {}).get("admitted"):
+        return None
+    asked = (report.get("config") or {}).get("duration_s")
+    span = f"--duration {asked:g} s" if asked else f"{format_value(report.get('wall_s'))} s"
+    line = f"measured nothing: no turn completed in {span}"
+    turn = report.get("first_turn") or {}
+    if turn.get("seconds"):
+        longer = math.ceil(2 * float(turn["seconds"]))
+        line += (
+            f"; one turn of these inputs takes about {float(turn['seconds']):.1f} s "
+            f"({turn['estimate']}): run for {longer} s or more (--duration {longer}s)"
+        )
+    return line
 
 
 def behaviour_lines(b: Mapping[str, Any]) -> list[str]:
@@ -501,12 +687,33 @@ def admission_lines(a: Mapping[str, Any]) -> list[str]:
 
 
 def capacity_lines(cap: Mapping[str, Any]) -> list[str]:
+    """A capacity search: its answer, what the whole search did, each step's verdict."""
     unit = cap.get("unit", "sessions")
-    lines = [
-        f"capacity: largest {unit} meeting every SLO: {cap.get('largest_pass') or 'none'}; "
-        f"first failure at {cap.get('first_fail') or 'none'}"
-        + (f" ({cap['fail_reason']})" if cap.get("fail_reason") else "")
-    ]
+    if cap.get("answer"):
+        lines = [f"capacity: {cap['answer']}"]
+    else:  # a report written before the answer line
+        lines = [
+            f"capacity: largest {unit} meeting every SLO: {cap.get('largest_pass') or 'none'}; "
+            f"first failure at {cap.get('first_fail') or 'none'}"
+            + (f" ({cap['fail_reason']})" if cap.get("fail_reason") else "")
+        ]
+    totals = cap.get("totals")
+    if totals:
+        by_kind = ", ".join(f"{k} {n}" for k, n in sorted(totals["by_kind"].items())) or "none"
+        steps = len(cap.get("steps", []))
+        lines.append(
+            f"capacity search: {format_value(totals['wall_s'])} s, {steps} steps"
+            + (
+                f" ({totals['runs']} runs: steps run again to be judged)"
+                if totals["runs"] > steps
+                else ""
+            )
+            + f", {totals['attempts']} attempts ({by_kind}), {totals['turns']} turns"
+        )
+        if totals.get("causes"):
+            lines.append(
+                f"capacity search: not admitted by cause: {cause_counts(totals['causes'])}"
+            )
     if cap.get("rejections_began_at") is not None:
         lines.append(f"capacity: rejections began at {cap['rejections_began_at']} {unit}")
     for step in cap.get("steps", []):
@@ -525,6 +732,8 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
     import sys
 
     stream = out or sys.stdout
+    for line in lead_lines(report):
+        print(line, file=stream)
     if rich_table:
         from rich.console import Console
 
@@ -539,7 +748,7 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
         for name, f in report["figures"].items():
             if f["n"]:
                 print(f"{name}: {_pct_line(f)}", file=stream)
-    for line in summary_lines(report):
+    for line in summary_lines(report, lead=False):
         print(line, file=stream)
     if report.get("server_metrics") or report.get("server_metrics_by_run"):
         from duplexctl.prometheus.summary import render_lines

@@ -185,7 +185,7 @@ def compare_runs(
 ) -> int:
     """``report A B --compare``: printed, ``--json``, ``--html``; exit 1 on a regression
     beyond ``--fail-on-regression PCT``."""
-    from duplexctl.report.compare import compare, lines, regressions
+    from duplexctl.report.compare import compare, describe, lines, regressions
 
     if len(results) != 2:
         raise BadInput(f"--compare takes two runs, A (the baseline) and B; got {len(results)}")
@@ -207,7 +207,7 @@ def compare_runs(
     if failing:
         print(
             f"duplexctl: check failed: regression beyond {fail_on_regression:g} %: "
-            + ", ".join(f"{r['figure']} {r['stat']} {r['change_pct']:+.1f} %" for r in failing),
+            + "; ".join(describe(r) for r in failing),
             file=sys.stderr,
         )
         return CheckFailed.exit_code

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.errors import MissingDependency
+from duplexctl.report.slices import run_span_s
 
 #: Room above the highest value, as a fraction of the axis (the top point is not on the frame).
 HEADROOM: Final = 1.15
@@ -56,7 +57,8 @@ def _level_points(
     """(offered level, ttfa p95, rejection rate) per capacity step, or per run."""
     cap = report.get("capacity_search")
     if cap and cap.get("steps"):
-        return [(s["level"], s.get("ttfa_p95"), s.get("rejection_rate")) for s in cap["steps"]]
+        steps = sorted(cap["steps"], key=lambda s: s["level"])  # by level, never run order
+        return [(s["level"], s.get("ttfa_p95"), s.get("rejection_rate")) for s in steps]
     points = []
     for run in runs:
         cfg = run.get("config", {})
@@ -68,17 +70,6 @@ def _level_points(
             (float(level), ttfa.get("p95"), run.get("admission", {}).get("rejection_rate"))
         )
     return sorted(points)
-
-
-def run_span_s(report: Mapping[str, Any]) -> float:
-    """Seconds from the run's start to its end (the longest run of a merged report): the
-    time axis ends here, not at the end of the last, partly filled slice."""
-    runs = report.get("runs") or []
-    walls = [float(r.get("wall_s") or 0.0) for r in runs] or [float(report.get("wall_s") or 0)]
-    span = max(walls)
-    if span <= 0:  # an old report without wall_s: the slices are all there is
-        span = max((float(s["end_s"]) for s in report.get("slices", [])), default=1.0)
-    return span
 
 
 def value_limits(values: Sequence[float | None]) -> tuple[float, float]:

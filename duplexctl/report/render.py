@@ -142,9 +142,19 @@ def _connection_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _behaviour_lines(report: dict[str, Any]) -> list[str]:
-    """How the conversation behaved (docs/metrics.md "Conversation behaviour")."""
+    """How the conversation behaved (docs/metrics.md "Conversation behaviour"), and the
+    model's backchannel responses, which are no user turns and listed apart."""
     behaviour = report.get("behaviour")
-    return [summary_line(behaviour)] if behaviour else []
+    lines = [summary_line(behaviour)] if behaviour else []
+    for name, note in ((behaviour or {}).get("notes") or {}).items():
+        lines.append(f"  {name}: {note}")
+    backchannels = report.get("backchannel_responses") or []
+    if backchannels:
+        audio = ", ".join(f"{_fmt(b.get('audio_ms'))} ms" for b in backchannels[:10])
+        lines.append(
+            f"backchannel responses (the model's, not user turns): {len(backchannels)} ({audio})"
+        )
+    return lines
 
 
 def _unanswered_lines(report: dict[str, Any]) -> list[str]:

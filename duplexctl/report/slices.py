@@ -431,3 +431,14 @@ def _doublings_between(length: float, other: float) -> int | None:
     if mantissa != 0.5 or math.ldexp(length, k) != other:
         return None
     return k
+
+
+def run_span_s(report: Mapping[str, Any]) -> float:
+    """Seconds from the run's start to its end (the longest run of a merged report): the
+    time axis ends here, not at the end of the last, partly filled slice."""
+    runs = report.get("runs") or []
+    walls = [float(r.get("wall_s") or 0.0) for r in runs] or [float(report.get("wall_s") or 0)]
+    span = max(walls)
+    if span <= 0:  # an old report without wall_s: the slices are all there is
+        span = max((float(s["end_s"]) for s in report.get("slices", [])), default=1.0)
+    return span

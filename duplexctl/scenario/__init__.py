@@ -4,6 +4,10 @@ A scenario is a TOML file. Paths are relative to the file. Example (``recordings
 
     name = "barge_in"
     description = "The user talks over the answer; the server must stop it."
+    needs_behaviour = ""            # the model behaviour the expectations need, as
+                                    # `serve --behaviour` spells it ("backchannel-rate=6"):
+                                    # a failure against the embedded reference model, which
+                                    # lacks it by default, says so and how to turn it on
 
     [settings]                      # all optional; --session FILE.json and flags win
     turn_detection = "server_vad"   # or "none" (client commits)

@@ -26,7 +26,7 @@ from duplexctl.report.turns import (
     compute_turn,
     compute_turns,
 )
-from duplexctl.scenario.state import LiveTurn, PendingResume, RunState, now_ns
+from duplexctl.scenario.state import BACKCHANNEL, LiveTurn, PendingResume, RunState, now_ns
 from duplexctl.units import NS_PER_S
 
 #: the error code an unanswered turn is recorded under (report.json ``errors``)
@@ -140,6 +140,8 @@ class TurnAssembly:
                 continue
             self._held.remove(turn)
             self._reported.add(turn.index)
+            if turn.times.end_mode == BACKCHANNEL:  # no user turn: not a turn of the run
+                continue
             times = self.times(turn)
             by_index = {turn.index: times}
             if nxt is not None:

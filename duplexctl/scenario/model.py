@@ -244,6 +244,9 @@ class Scenario:
     description: str = ""
     # run-wide bounds (top-level ``[expect]``): drops, resumes, … (report/turns.py RUN_ORIGINS)
     expect: tuple[Expectation, ...] = ()
+    # the model behaviour the expectations need, as ``serve --behaviour`` spells it (the
+    # reference model's default lacks it: ``--server-behaviour`` turns it on), "" = none
+    needs_behaviour: str = ""
 
     @property
     def audio_files(self) -> list[Path]:

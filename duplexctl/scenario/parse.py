@@ -38,7 +38,9 @@ from duplexctl.scenario.model import (
 
 SCENARIO_SUFFIXES: Final = (".toml",)
 
-_TOP_KEYS: Final = frozenset({"name", "description", "settings", "session", "step", "expect"})
+_TOP_KEYS: Final = frozenset(
+    {"name", "description", "needs_behaviour", "settings", "session", "step", "expect"}
+)
 _SETTING_KEYS: Final = SCENARIO_SETTINGS
 # keys each action accepts besides "action" and "expect"
 _STEP_KEYS: Final[dict[str, frozenset[str]]] = {
@@ -116,8 +118,14 @@ def parse_scenario(text: str, path: Path) -> Scenario:
         settings = _settings(doc.get("settings", {}), doc.get("session", {}), path)
         name = doc.get("name", path.stem)
         description = doc.get("description", "")
+        needs = doc.get("needs_behaviour", "")
         if not isinstance(name, str) or not isinstance(description, str):
             raise _Problem("'name' and 'description' must be strings")
+        if not isinstance(needs, str):
+            raise _Problem(
+                "'needs_behaviour' must be a string as serve --behaviour takes it, "
+                'e.g. "backchannel-rate=6"'
+            )
         raw_steps = doc.get("step")
         if raw_steps is None:
             raise _Problem("no steps: add at least one [[step]] table")
@@ -139,6 +147,7 @@ def parse_scenario(text: str, path: Path) -> Scenario:
         source=path,
         description=description,
         expect=run_expect,
+        needs_behaviour=needs.strip(),
     )
 
 

@@ -28,7 +28,7 @@ from duplexctl.behaviour.timeline import ASSISTANT, USER
 from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
-from duplexctl.scenario.state import RunState
+from duplexctl.scenario.state import BACKCHANNEL, RunState
 
 
 @dataclass(slots=True)
@@ -77,6 +77,10 @@ def connection_summary(run: RunState) -> dict[str, Any]:
             for turn, r in run.resumes
         ],
     }
+
+
+def _value(figure: Figure | None) -> Any:
+    return None if figure is None else figure.value
 
 
 def run_figures(report: dict[str, Any]) -> dict[str, float]:
@@ -244,7 +248,13 @@ class ReplayReport:
             },
             "session_figures": session_figures,
             "connection": connection_summary(run),
-            "turns": [r.to_json() for r in records],
+            "turns": [r.to_json() for r in records if r.end_mode != BACKCHANNEL],
+            # the model's backchannels ("mm-hm" while the user spoke): responses, no turns
+            "backchannel_responses": [
+                {"response_id": r.response_id, "audio_ms": _value(r.figures.get("audio_ms"))}
+                for r in records
+                if r.end_mode == BACKCHANNEL
+            ],
             "unanswered_turns": sum(e.get("code") == NO_RESPONSE for e in run.errors),
             "expectations": {"checked": checked, "failed": failed, "not_reached": not_reached},
             "violations": [v.to_dict() for v in checker.violations] if checker else [],

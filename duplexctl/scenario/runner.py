@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +64,7 @@ from duplexctl.scenario.steps import StepInterpreter
 from duplexctl.scenario.ticker import Ticker
 
 if TYPE_CHECKING:
+    from duplexctl.export.live import Feed
     from duplexctl.export.state import ExportState
 
 __all__ = ["Headless", "Replay", "ReplayResult", "load_clips", "run_replay"]
@@ -308,6 +309,8 @@ async def run_replay(
     handle_sigint: bool = False,
     scrape: ScrapeOptions | None = None,
     push: PushOptions | None = None,
+    server_settings: Mapping[str, Any] | None = None,
+    suite_feed: tuple[Feed, int] | None = None,
 ) -> ReplayResult:
     """The ``replay`` command's body: embedded server when no URL, Ctrl-C = stop and save.
 
@@ -315,6 +318,8 @@ async def run_replay(
     With ``handle_sigint`` the first Ctrl-C (or SIGTERM: a service manager stopping the run)
     sets a stop flag: the run stops, closes the session with ``session.close``, writes what it
     has, and returns ``interrupted``; a second Ctrl-C is the usual KeyboardInterrupt.
+    ``suite_feed`` (a suite's one ``--prometheus-rw`` feed and this scenario's index in it)
+    pushes this scenario's figures into the suite's run instead of one of its own.
     """
     from duplexctl.errors import STOP_SIGNALS
 
@@ -336,11 +341,16 @@ async def run_replay(
         for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, on_signal, signum)
     try:
-        from duplexctl.client.target import server_target, tls_for
+        from duplexctl.client.target import (
+            missing_behaviour,
+            server_target,
+            stop_latency_note,
+            tls_for,
+        )
         from duplexctl.export.live import following, pushing
         from duplexctl.prometheus.run import scraping, section
 
-        async with server_target(url) as target:
+        async with server_target(url, server_settings) as target:
             if target.line:
                 say(target.line)
             replay = Replay(
@@ -353,9 +363,14 @@ async def run_replay(
                 meta={"embedded_server": True} if target.embedded else None,
                 clips=clips,
             )
+            own_push = push if suite_feed is None else None
             async with (
-                pushing(push, command="replay", target=target.url) as feed,
-                following(feed, replay.export_state),
+                pushing(own_push, command="replay", target=target.url) as own_feed,
+                following(
+                    own_feed if suite_feed is None else suite_feed[0],
+                    replay.export_state,
+                    source=0 if suite_feed is None else suite_feed[1],
+                ),
                 scraping(
                     scrape,
                     target.url,
@@ -365,17 +380,43 @@ async def run_replay(
                 ) as scraper,
             ):
                 result = await replay.run(stop)
-            if feed is not None:  # --prometheus-rw: what the pushes did
-                result.report["prometheus_remote_write"] = feed.summary()
-                if out_dir is not None and scraper is None:
-                    write_report(out_dir, result.report)
+            rewrite = False
+            if own_feed is not None:  # --prometheus-rw: what the pushes did
+                result.report["prometheus_remote_write"] = own_feed.summary()
+                rewrite = True
             if scraper is not None:  # the server's side of the run (docs/metrics.md)
                 scraper.release_held()
                 result.report["server_metrics"] = section(scraper)
                 assert scrape is not None  # a scraper exists only when scraping was asked
                 result.report.setdefault("config", {}).update(scrape.echo())
-                if out_dir is not None:
-                    write_report(out_dir, result.report)
+                rewrite = True
+            why = missing_behaviour(target, scenario.needs_behaviour)
+            if why is not None and result.failed_expectations:
+                # a failure the default model is bound to: say so, and how to turn it on
+                for failed in result.failed_expectations:
+                    failed["why"] = why
+                result.report["needs_behaviour"] = {
+                    "spec": scenario.needs_behaviour,
+                    "missing": why,
+                }
+                rewrite = True
+            behaviour = result.report.get("behaviour")
+            if behaviour and behaviour.get("stop_latency_ms") is not None:
+                sent_in_full = any(
+                    t.get("reason") == "stop" and "heard_stop_ms" in (t.get("figures") or {})
+                    for t in result.report.get("turns") or []
+                )
+                note = stop_latency_note(
+                    target, behaviour["stop_latency_ms"], sent_in_full=sent_in_full
+                )
+                if note is not None:  # larger than configured: say why (the output unit)
+                    behaviour.setdefault("notes", {})["stop_latency_ms"] = note
+                    rewrite = True
+            if rewrite and out_dir is not None:
+                from duplexctl.report.html import replay_page
+
+                write_report(out_dir, result.report)
+                replay_page.write(out_dir)  # the page says what report.json now says
             return result
     finally:
         if handle_sigint:

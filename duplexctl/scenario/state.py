@@ -36,6 +36,10 @@ def now_ns() -> int:
     return time.monotonic_ns()
 
 
+#: the end mode of a tracked response that answers no turn: the model's "mm-hm"
+BACKCHANNEL: Final = "backchannel"
+
+
 @dataclass(frozen=True, slots=True)
 class Headless:
     """Run as one of many sessions in one process (``load``; runner.py says what changes).
@@ -235,7 +239,9 @@ class RunState:
         turn = None if backchannel else self.awaiting(need_eos=False)
         if turn is None:  # an answer nobody asked for (a split utterance, a model-native turn)
             turn = self.new_turn(step=0, source=None)
-            turn.times.end_mode = "unsolicited"
+            # a backchannel is tracked like an answer (its audio plays, is acknowledged) but
+            # is no user turn: the reports list it apart (BACKCHANNEL)
+            turn.times.end_mode = BACKCHANNEL if backchannel else "unsolicited"
         turn.response_id = response_id
         turn.times.response_id = response_id
         self.by_response[response_id] = turn

@@ -18,7 +18,7 @@ from typing import Any, Final
 from duplexctl.report.render import turn_progress_line
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.playback import ReplayPlayback
-from duplexctl.scenario.state import RunState, now_ns
+from duplexctl.scenario.state import BACKCHANNEL, RunState, now_ns
 from duplexctl.units import NS_PER_S
 
 TICK_S: Final = 0.02
@@ -69,4 +69,5 @@ class Ticker:
         records = {r.index: r for r in self.assembly.records()}
         for turn in done:
             self._printed.add(turn.index)
-            run.progress(turn_progress_line(records[turn.index].to_json()))
+            if turn.times.end_mode != BACKCHANNEL:  # the model's "mm-hm" is no user turn
+                run.progress(turn_progress_line(records[turn.index].to_json()))

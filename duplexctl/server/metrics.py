@@ -9,10 +9,14 @@ type, label names and help text (``tests/test_server_metrics_serve.py`` compares
 exposition produced by those classes). What vLLM-Omni has no name for (the duplex session
 state) is prefixed ``duplexctl:``.
 
-What they mean on the simulated GPU (``server/model.py``): a *request* is one output unit
-asking for a batch slot: ``num_requests_running`` = slots computing, ``num_requests_waiting``
-= units queued for a slot, ``kv_cache_usage_perc`` = slot occupancy (busy / ``gpu_slots``; 0
-when the slots are unlimited). The histograms are per reply: time to first token and first
+What they mean on the simulated GPU (``server/model.py``): a *request* is one reply, from
+its submission (the time to first audio is its prefill) to its last output unit or its cut:
+``num_requests_running`` = replies in progress not waiting for a batch slot (at least the
+slots computing), ``num_requests_waiting`` = units queued for a slot, ``kv_cache_usage_perc``
+= running requests over the cache's room (``gpu_slots``, or with unlimited slots the
+admission limit ``max_sessions``), at most 1. So a default server (unlimited slots) shows
+its replies in progress too, and its server row and charts are not flat zero while it
+speaks. The histograms are per reply: time to first token and first
 audio (submission → first unit computed, the same instant here: the model has no text stage),
 queue time (the time its units waited for slots), end-to-end latency (submission → last
 unit). Gauges are read at scrape time, so they are exact at that instant.
@@ -120,17 +124,14 @@ class ServerMetrics:
         """The gauges and counters read from the GPU and the registry at scrape time."""
         model = self.config.served_model
         gpu = self.gpu
-        busy = int(gpu.busy) if gpu is not None else 0
+        busy = int(gpu.running) if gpu is not None else 0
         queued = int(gpu.queued) if gpu is not None else 0
         slots = int(gpu.slots) if gpu is not None else 0
+        kv = gpu.kv_usage(self.config.max_sessions) if gpu is not None else 0.0
         for name, doc, value in (
             ("vllm:num_requests_running", "Number of requests in model execution batches.", busy),
             ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", queued),
-            (
-                "vllm:kv_cache_usage_perc",
-                "KV-cache usage. 1 means 100 percent usage.",
-                busy / slots if slots else 0.0,
-            ),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv),
         ):
             family = GaugeMetricFamily(name, doc, labels=VLLM_LABELS)
             family.add_metric([model, STAGE, REPLICA], value)

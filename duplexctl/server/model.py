@@ -65,10 +65,25 @@ class SimulatedGpu:
         )
         self.busy = 0
         self.queued = 0
+        # replies between their submission and their last unit (or their cut): what a vLLM
+        # scheduler counts as running, also when the slots are unlimited (busy stays 0 then)
+        self.replies = 0
         self.units = 0
         self.compute_ms_total = 0.0
         self.wait_ms_total = 0.0
         self.observer: RequestObserver | None = None
+
+    @property
+    def running(self) -> int:
+        """Requests running: replies in progress that are not waiting for a slot, and at
+        least the slots computing (a unit run on its own, outside a reply, holds one)."""
+        return max(self.busy, self.replies - self.queued)
+
+    def kv_usage(self, capacity: int) -> float:
+        """KV-cache usage: running requests over the cache's capacity in requests (the
+        slots, or with unlimited slots ``capacity``: the admission limit), at most 1."""
+        room = self.slots or capacity
+        return min(1.0, self.running / room) if room > 0 else 0.0
 
     async def compute_unit(self) -> float:
         """Occupy a slot for one output unit; returns the ms spent (queueing included)."""
@@ -228,13 +243,14 @@ class SimulatedModel:
             asks = submitted_at + self.ttfa_s()
         else:
             asks = gpu.asks_at(first_audio_at)
-        await asyncio.sleep(max(0.0, asks - loop_time()))
         first_at = 0.0
         period = self.chunk_period_s()
         observer = gpu.observer
         queued_ms = 0.0
         reason = "abort"  # unless every unit is yielded: the reply was cut or its session ended
+        gpu.replies += 1  # running from its submission: the time to first audio is its prefill
         try:
+            await asyncio.sleep(max(0.0, asks - loop_time()))
             for index in range(n_units):
                 waited, _ = await gpu.run_unit()
                 queued_ms += waited
@@ -256,5 +272,6 @@ class SimulatedModel:
                 )
             reason = "stop"
         finally:
+            gpu.replies -= 1
             if observer is not None:
                 observer.finished(queued_ms / 1000.0, loop_time() - submitted_at, reason)

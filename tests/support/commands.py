@@ -73,8 +73,9 @@ def serve(*args: str, timeout_s: float = 60.0) -> Iterator[tuple[str, subprocess
             proc.wait()
 
 
-def saved_load_run(out: Path, *extra: str, duration: str = "2s") -> Path:
-    """A short load run against the embedded server, written to ``out``."""
+def saved_load_run(out: Path, *extra: str, duration: str = "3s") -> Path:
+    """A short load run against the embedded server, written to ``out`` (3 s: a turn of the
+    short clip with a 1 s answer completes in about 2.5 s; a run that completes none exits 1)."""
     run = subprocess.run(
         duplexctl_cmd(
             "load",

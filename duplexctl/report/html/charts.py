@@ -4,6 +4,18 @@ Each function takes plain rows (what the page module computed from the run's fil
 returns a spec dict; the template renders it with the inlined runtime (``page.py``). Altair
 validates every spec against the Vega-Lite schema when it is built, so a wrong field name
 fails here, in the tests, not as a blank chart in someone's browser.
+
+Rules every chart keeps, so none can mislead (docs/report.md "Charts that cannot mislead"):
+
+* a panel with no data is not drawn (an empty Vega panel is a blank box, and one with all
+  its values missing grew to 33 million pixels); the page says in a sentence what had too
+  little data (:func:`too_little`);
+* counts and rates start at 0 (``_ZERO``), and an all-zero series still has an axis;
+* every point is visible: lines carry filled points large enough to see one alone;
+* capacity steps and any series over the offered level are drawn by level, never in the
+  order they ran;
+* one fixed colour per series, event type and admission outcome on every page
+  (:data:`COLOURS`), whatever else a page happens to show.
 """
 
 from __future__ import annotations
@@ -23,6 +35,79 @@ NINES_LABELS: Final = "['p0','p90','p99','p99.9','p99.99','p99.999','p99.9999'][
 _PER_DECADE: Final = 20
 
 Row = dict[str, Any]
+
+#: Fewer points than this is too little to draw a line through: the page says it instead.
+MIN_POINTS: Final = 2
+#: one colour per name, on every page (series of the time panels, the server's series, the
+#: replay timeline's events, the admission outcomes); a name not listed takes the fallback
+COLOURS: Final = {
+    # the client's time panels
+    "sessions_active": "#1a7f37",
+    "turns_per_s": "#0969da",
+    "attempts": "#57606a",
+    "rejections": "#bf8700",
+    "errors": "#cf222e",
+    "ttfa_p50": "#0969da",
+    "ttfa_p95": "#bf8700",
+    "ttfa_p99": "#cf222e",
+    # the server's series (server_metrics.LABELS)
+    "running requests": "#0969da",
+    "waiting requests": "#cf222e",
+    "KV cache usage": "#8250df",
+    "GPU utilisation %": "#bf8700",
+    "sessions active (server)": "#1a7f37",
+    "sessions in disconnect grace": "#57606a",
+    # the replay timeline's events (replay_page.MARKS and the two found by their context)
+    "speech started": "#1f77b4",
+    "speech stopped": "#6baed6",
+    "commit": "#17becf",
+    "response.created": "#2ca02c",
+    "first audio": "#74c476",
+    "barge-in (speech started)": "#d62728",
+    "cancel": "#ff7f0e",
+    "truncate": "#fdae6b",
+    "playback flushed": "#9467bd",
+    "response.done": "#8c564b",
+    "drop": "#e377c2",
+    "resume sent": "#7f7f7f",
+    "resumed": "#bcbd22",
+    # admission outcomes (load_page.admission_rows' kinds)
+    "admitted": "#1a7f37",
+    "rejected_capacity": "#bf8700",
+    "rejected_other": "#cf222e",
+    "transport_error": "#8250df",
+    "timeout": "#57606a",
+}
+FALLBACK_COLOUR: Final = "#6e7781"
+#: units whose axis starts at 0 (counts and rates); latencies keep Vega-Lite's own choice
+_ZERO_UNITS: Final = frozenset(
+    {"count", "sessions", "turns/s", "requests", "fraction", "%", "attempts"}
+)
+
+
+def fixed_colours(field: str, names: Sequence[str], *, title: str | None = None) -> alt.Color:
+    """A colour encoding whose every name has its one colour (:data:`COLOURS`)."""
+    domain = list(dict.fromkeys(names))
+    return alt.Color(
+        f"{field}:N",
+        title=title,
+        scale=alt.Scale(domain=domain, range=[COLOURS.get(n, FALLBACK_COLOUR) for n in domain]),
+        legend=alt.Legend(orient="right"),
+    )
+
+
+def _y(unit: str, values: Sequence[float]) -> alt.Y:
+    """The value axis: from 0 for counts and rates, with a top even when every value is 0."""
+    if unit not in _ZERO_UNITS:
+        return alt.Y("value:Q", title=unit)
+    top = max([0.0, *values])
+    scale = alt.Scale(domainMin=0) if top > 0 else alt.Scale(domain=[0, 1])
+    return alt.Y("value:Q", title=unit, scale=scale)
+
+
+def too_little(what: str, n: int, needs: int = MIN_POINTS) -> str:
+    """The sentence that stands in for a chart with too little data."""
+    return f"{what}: {n} point{'s' if n != 1 else ''}, too few to draw (a chart needs {needs})."
 
 
 def percentile_points(hist: LatencyHistogram) -> list[Row]:
@@ -55,7 +140,7 @@ def percentile_curves(
     top = max((r["nines"] for r in rows), default=1.0)
     chart = (
         alt.Chart(alt.Data(values=rows), title=title or alt.Undefined)
-        .mark_line(point=alt.OverlayMarkDef(size=12), interpolate="step-after")
+        .mark_line(point=alt.OverlayMarkDef(size=30, filled=True), interpolate="step-after")
         .encode(
             x=alt.X(
                 "nines:Q",
@@ -83,10 +168,18 @@ def time_panels(
     panels: Sequence[tuple[str, Sequence[str], str]],
     *,
     x_max: float,
-) -> dict[str, Any]:
+    drain_from: float | None = None,
+) -> dict[str, Any] | None:
     """Stacked panels over one time axis: each panel is (title, fields, unit); each row has
-    ``t_s`` (a slice's middle; with ``start_s`` and ``end_s``, counts are bars across it)."""
+    ``t_s`` (a slice's middle; with ``start_s`` and ``end_s``, counts are bars across it).
+    A panel with no value is left out; None when none has one. ``drain_from``: the run's
+    planned end, after which its sessions were closing (shaded and labelled "drain")."""
     charts = []
+    drain = None
+    if drain_from is not None and drain_from < x_max:
+        drain = alt.Chart(
+            alt.Data(values=[{"from": drain_from, "to": x_max, "label": "drain"}])
+        ).encode(x=alt.X("from:Q"), x2="to:Q")
     x = alt.X("t_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max]))
     for title, fields, unit in panels:
         long = [
@@ -96,16 +189,22 @@ def time_panels(
                 "end_s": r.get("end_s", r["t_s"]),
                 "series": f,
                 "value": r.get(f),
+                "partial": bool(r.get("partial")),
             }
             for r in rows
             for f in fields
             if r.get(f) is not None and not (unit == "count" and r.get(f) == 0)  # no empty bars
         ]
+        if not long and unit != "count":
+            continue  # nothing to draw: an empty panel is a blank (or a runaway) box
+        values = [float(r["value"]) for r in long]
+        present = [f for f in fields if any(r["series"] == f for r in long)] or list(fields)
         tooltip = [
             alt.Tooltip("start_s:Q", title="from s"),
             alt.Tooltip("end_s:Q", title="to s"),
             alt.Tooltip("series:N"),
             alt.Tooltip("value:Q", format=",.4~g"),
+            alt.Tooltip("partial:N", title="partial slice (the run ended in it)"),
         ]
         if unit == "count":
             layer = (
@@ -116,28 +215,50 @@ def time_panels(
                         "start_s:Q", title="seconds since start", scale=alt.Scale(domain=[0, x_max])
                     ),
                     x2="end_s:Q",
-                    y=alt.Y("value:Q", title=unit).stack(None),
-                    color=_SERIES_COLOR,
+                    y=_y(unit, values).stack(None),
+                    color=fixed_colours("series", present),
                     tooltip=tooltip,
                 )
             )
         else:
-            layer = _line_panel(long, title, x=x, unit=unit, tooltip=tooltip)
+            layer = _line_panel(long, title, x=x, unit=unit, tooltip=tooltip, series=present)
+        if drain is not None:
+            band = drain.mark_rect(color="#8c959f", opacity=0.15).encode(
+                tooltip=[alt.Tooltip("label:N", title="after the run's end: sessions closing")]
+            )
+            label = drain.mark_text(align="left", dx=3, dy=6, color="#57606a", fontSize=10).encode(
+                x="from:Q", y=alt.value(0), text="label:N"
+            )
+            layer = alt.layer(layer, band, label, title=title)
         charts.append(layer.properties(width=WIDTH - 220, height=110))
+    if not charts:
+        return None
     return alt.vconcat(*charts, spacing=12).resolve_scale(color="independent").to_dict()
 
 
-_SERIES_COLOR: Final = alt.Color("series:N", title=None, legend=alt.Legend(orient="right"))
-
-
 def _line_panel(
-    long: Sequence[Row], title: Any, *, x: alt.X, unit: str, tooltip: Sequence[alt.Tooltip]
+    long: Sequence[Row],
+    title: Any,
+    *,
+    x: alt.X,
+    unit: str,
+    tooltip: Sequence[alt.Tooltip],
+    series: Sequence[str],
+    order: str = "t_s",
 ) -> alt.Chart:
-    """One panel of long rows ({series, value, …}): a line per series, a point per row."""
+    """One panel of long rows ({series, value, …}): a line per series, a filled point per
+    row (one alone is visible), drawn in ``order`` (time, or the offered level)."""
+    values = [float(r["value"]) for r in long]
     return (
         alt.Chart(alt.Data(values=list(long)), title=title)
-        .mark_line(point=alt.OverlayMarkDef(size=14))
-        .encode(x=x, y=alt.Y("value:Q", title=unit), color=_SERIES_COLOR, tooltip=list(tooltip))
+        .mark_line(point=alt.OverlayMarkDef(size=40, filled=True))
+        .encode(
+            x=x,
+            y=_y(unit, values),
+            color=fixed_colours("series", series),
+            order=alt.Order(f"{order}:Q"),
+            tooltip=list(tooltip),
+        )
     )
 
 
@@ -147,9 +268,11 @@ def level_panels(
     *,
     unit: str,
     knee: float | None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """The capacity search's steps seen from another side (the server's series): stacked
-    panels against the offered level (``level`` in each row), the knee marked on each."""
+    panels against the offered level (``level`` in each row), by level, the knee marked on
+    each; a panel with no value is left out (None when none has one)."""
+    rows = sorted(rows, key=lambda r: r["level"])
     top = max((r["level"] for r in rows), default=1.0)
     x = alt.X("level:Q", title=f"offered ({unit})", scale=alt.Scale(domain=[0, top]))
     tooltip = [
@@ -165,8 +288,19 @@ def level_panels(
             for f in fields
             if r.get(f) is not None
         ]
+        if not long:
+            continue
+        present = [f for f in fields if any(r["series"] == f for r in long)]
         layers: list[Any] = [
-            _line_panel(long, alt.Undefined, x=x, unit=panel_unit, tooltip=tooltip)
+            _line_panel(
+                long,
+                alt.Undefined,
+                x=x,
+                unit=panel_unit,
+                tooltip=tooltip,
+                series=present,
+                order="level",
+            )
         ]
         if knee is not None:
             layers.append(
@@ -175,6 +309,8 @@ def level_panels(
                 .encode(x="knee:Q")
             )
         charts.append(alt.layer(*layers, title=title).properties(width=WIDTH - 220, height=110))
+    if not charts:
+        return None
     return alt.vconcat(*charts, spacing=12).resolve_scale(color="independent").to_dict()
 
 
@@ -183,8 +319,9 @@ def capacity_steps(
 ) -> dict[str, Any]:
     """The capacity search: offered vs achieved per level; the judged percentile per level
     against its SLO line; the knee (largest level that passed) marked on both."""
+    steps = sorted(steps, key=lambda s: s["level"])  # by level, never the order they ran
     data = alt.Data(values=list(steps))
-    x = alt.X("level:Q", title=f"offered ({unit})")
+    x = alt.X("level:Q", title=f"offered ({unit})", scale=alt.Scale(domainMin=0))
     tooltip = [alt.Tooltip(k) for k in ("level:Q", "achieved:Q", "value:Q", "passed:N", "reason:N")]
     color = alt.Color(
         "verdict:N",
@@ -202,7 +339,10 @@ def capacity_steps(
         alt.Chart(data)
         .mark_point(filled=True, size=70)
         .encode(
-            x=x, y=alt.Y("achieved:Q", title=f"achieved ({unit})"), color=color, tooltip=tooltip
+            x=x,
+            y=alt.Y("achieved:Q", title=f"achieved ({unit})", scale=alt.Scale(domainMin=0)),
+            color=color,
+            tooltip=tooltip,
         )
     )
     layers_a: list[Any] = [offered, achieved]
@@ -240,8 +380,8 @@ def counts_bar(rows: Sequence[Row], *, title: str) -> dict[str, Any]:
         .mark_bar()
         .encode(
             y=alt.Y("label:N", title=None, sort="-x"),
-            x=alt.X("count:Q", title="attempts"),
-            color=alt.Color("kind:N", title=None),
+            x=alt.X("count:Q", title="attempts", scale=alt.Scale(domainMin=0)),
+            color=fixed_colours("kind", [r["kind"] for r in rows]),
             tooltip=[alt.Tooltip("label:N"), alt.Tooltip("count:Q")],
         )
         .properties(width=WIDTH - 420, height=alt.Step(22))
@@ -272,7 +412,7 @@ def waveform_timeline(
             .mark_rule(strokeWidth=1.5)
             .encode(
                 x="t_s:Q",
-                color=alt.Color("event:N", title="event", legend=alt.Legend(orient="right")),
+                color=fixed_colours("event", [e["event"] for e in events], title="event"),
                 tooltip=[
                     alt.Tooltip("event:N"),
                     alt.Tooltip("t_s:Q", format=".3f"),

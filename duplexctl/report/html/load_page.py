@@ -18,7 +18,8 @@ import numpy as np
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.report.html import charts, page
 from duplexctl.report.html import server_metrics as sm
-from duplexctl.report.load_report import tally_of
+from duplexctl.report.load_report import measured_nothing, tally_of
+from duplexctl.report.slices import run_span_s
 from duplexctl.report.slo import parse_slo
 
 #: the HDR charts: which figures go together (same unit, same question)
@@ -73,30 +74,34 @@ def build(report: Mapping[str, Any]) -> str:
     specs: dict[str, Any] = {}
     hs = tally_of(report).headline() if "recorder" in report else None
     groups: list[dict[str, str]] = []
+    few: list[str] = []  # what had too little data to draw: one sentence each
     for title, names in CURVE_GROUPS:
-        curves = {n: hs[n] for n in names if hs is not None and n in hs and hs[n].count}
+        curves = _curves(hs, names, few)
         if curves:
             cid = f"hdr-{len(groups)}"
             specs[cid] = charts.percentile_curves(curves, title=title)
             groups.append({"id": cid, "title": title})
     behaviour = behaviour_rows(report)
-    curves = {n: hs[n] for n in BEHAVIOUR_CURVES if hs is not None and n in hs and hs[n].count}
+    curves = _curves(hs, BEHAVIOUR_CURVES, few)
     if curves:
         specs["behaviour-hdr"] = charts.percentile_curves(curves, title="Conversation behaviour")
     slices = slice_rows(report)
     servers = server_sections(report)
     # one run's server slices are the report's slices; merged runs' each have their own clock
-    shared = next((s for s in servers if s["source"] is None), None) if slices else None
-    if slices:
-        specs["slices"] = slices_chart(slices, shared)
+    drawn = len(slices) >= charts.MIN_POINTS
+    shared = next((s for s in servers if s["source"] is None), None) if drawn else None
+    if drawn and (spec := slices_chart(slices, shared)) is not None:
+        specs["slices"] = spec
     for i, server in enumerate(servers):
         server["id"] = f"server-{i}"
         server["shares_slices"] = server is shared and bool(server["slice_rows"])
-        if server["slice_rows"] and not server["shares_slices"]:
-            rows = server["slice_rows"]
-            specs[server["id"]] = charts.time_panels(
+        rows = server["slice_rows"]
+        if len(rows) >= charts.MIN_POINTS and not server["shares_slices"]:
+            spec = charts.time_panels(
                 rows, sm.panels(rows, per="slice"), x_max=max(r["end_s"] for r in rows)
             )
+            if spec is not None:
+                specs[server["id"]] = spec
     capacity = report.get("capacity_search")
     if capacity and capacity.get("steps"):
         specs["capacity"] = capacity_chart(
@@ -105,12 +110,14 @@ def build(report: Mapping[str, Any]) -> str:
     for server in servers:
         if capacity and server.get("step_rows"):
             rows = server["step_rows"]
-            specs[f"{server['id']}-steps"] = charts.level_panels(
+            spec = charts.level_panels(
                 rows,
                 sm.panels(rows, per="step"),
                 unit=capacity.get("unit", "sessions"),
                 knee=capacity.get("largest_pass"),
             )
+            if spec is not None:
+                specs[f"{server['id']}-steps"] = spec
     admission = report.get("admission", {})
     adm_rows = admission_rows(admission)
     if adm_rows:
@@ -127,6 +134,8 @@ def build(report: Mapping[str, Any]) -> str:
         behaviour=behaviour,
         figures=[(k, v) for k, v in report.get("figures", {}).items() if v.get("n")],
         slices=slices,
+        few=few,
+        slices_note=slices_note(report, slices),
         servers=servers,
         server_raw=server_raw(report),
         capacity=capacity,
@@ -135,6 +144,43 @@ def build(report: Mapping[str, Any]) -> str:
         embedded=report.get("embedded_server") or {},
         capabilities=(report.get("server") or {}).get("capabilities") or {},
     )
+
+
+def _curves(hs: Any, names: Sequence[str], few: list[str]) -> dict[str, Any]:
+    """The figures of ``names`` with enough samples for a curve; the rest (one sample) get
+    a sentence in ``few``: one value is a value, not a distribution."""
+    curves = {}
+    for name in names:
+        if hs is None or name not in hs or not hs[name].count:
+            continue
+        if hs[name].count < charts.MIN_POINTS:
+            few.append(f"{name}: 1 sample ({hs[name].max:.4g} ms), no curve to draw.")
+        else:
+            curves[name] = hs[name]
+    return curves
+
+
+def slices_note(report: Mapping[str, Any], slices: Sequence[Mapping[str, Any]]) -> str:
+    """What the time panels cannot show, in a sentence (too few slices; a partial last one)."""
+    slice_s = (report.get("slicing") or {}).get("slice_s")
+    if 0 < len(slices) < charts.MIN_POINTS:
+        return (
+            f"One time slice only (the run lasted {run_span_s(report):.3g} s, a slice is "
+            f"{slice_s:g} s): nothing to draw over time; its figures are the run's, above."
+        )
+    if slices and slices[-1].get("partial"):
+        last = slices[-1]
+        text = (
+            f"The last slice is partial: the run ended at {last['end_s']:.3g} s, so it is "
+            f"drawn from {last['start_s']:g} s to there (its rates are over that span)"
+        )
+        if (start := drain_from(slices)) is not None:
+            text += (
+                f"; after {start:g} s (the run's planned end) its sessions were closing: "
+                "shaded as the drain"
+            )
+        return text + "."
+    return ""
 
 
 def write(report: Mapping[str, Any], out_dir: Path) -> Path | None:
@@ -165,6 +211,9 @@ def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[s
     admitted = report.get("admission", {}).get("by_kind", {}).get("admitted", 0)
     if attempts and not admitted:
         flags.append(("no session was admitted", "bad"))
+    empty = measured_nothing(report)
+    if empty:
+        flags.append((empty, "bad"))
     if failed:
         word = ("FAIL", "fail")
     elif validity.get("invalid_pacing"):
@@ -207,6 +256,18 @@ def slice_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         return []
     starts = np.array([s["start_s"] for s in slices], dtype=float)
     ends = np.array([s["end_s"] for s in slices], dtype=float)
+    # the last slice ends where the run did, not at its boundary: drawn to its true end, its
+    # means and rates over the time it had (a 20.7 s run's slice 20-30 s lasted 0.7 s)
+    span = run_span_s(report)
+    partial = starts[-1] < span < ends[-1]
+    if partial:
+        ends[-1] = span
+    config = report.get("config") or {}
+    planned = (
+        float(config.get("warmup_s") or 0) + float(config["duration_s"])
+        if config.get("duration_s") and not report.get("runs")
+        else None
+    )
     active = np.zeros(len(slices))
     intervals = (report.get("recorder") or {}).get("intervals") or []
     if intervals:
@@ -218,12 +279,15 @@ def slice_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for i, s in enumerate(slices):
         ttfa = s.get("figures", {}).get("ttfa_ms", {})
-        span = max(s["end_s"] - s["start_s"], 1e-9)
+        end = float(ends[i])
+        span = max(end - s["start_s"], 1e-9)
         rows.append(
             {
-                "t_s": (s["start_s"] + s["end_s"]) / 2,
+                "t_s": (s["start_s"] + end) / 2,
                 "start_s": s["start_s"],
-                "end_s": s["end_s"],
+                "end_s": end,
+                "partial": bool(partial and i == len(slices) - 1),
+                "planned_end_s": planned,
                 "phase": s.get("phase", ""),
                 "sessions_active": round(float(active[i]), 2),
                 "turns": s.get("turns", 0),
@@ -257,23 +321,27 @@ def server_raw(report: Mapping[str, Any]) -> str | None:
     return None if section is None or sm.documented(section) else sm.raw(section)
 
 
-def slices_chart(slices: list[dict[str, Any]], server: Mapping[str, Any] | None) -> dict[str, Any]:
+def slices_chart(
+    slices: list[dict[str, Any]], server: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
     """The client's time slices, and under them the server's key series per slice: one
     stack of panels on one x axis (the server's slices are the report's slices)."""
     panels = list(SLICE_PANELS)
     x_max = max(r["end_s"] for r in slices)
     if server and server.get("slice_rows"):
-        by_span = {(r["start_s"], r["end_s"]): r for r in server["slice_rows"]}
+        by_start = {r["start_s"]: r for r in server["slice_rows"]}  # the same slices
         for row in slices:
-            row.update(
-                {
-                    k: v
-                    for k, v in by_span.get((row["start_s"], row["end_s"]), {}).items()
-                    if k not in row
-                }
-            )
+            row.update({k: v for k, v in by_start.get(row["start_s"], {}).items() if k not in row})
         panels += sm.panels(server["slice_rows"], per="slice")
-    return charts.time_panels(slices, panels, x_max=x_max)
+    return charts.time_panels(slices, panels, x_max=x_max, drain_from=drain_from(slices))
+
+
+def drain_from(slices: Sequence[Mapping[str, Any]]) -> float | None:
+    """Where the run's planned time ended and its sessions began closing (the partial last
+    slice's drain), or None (the run did not outlast it, or it is unknown)."""
+    last = slices[-1] if slices else {}
+    planned = last.get("planned_end_s")
+    return float(planned) if last.get("partial") and planned is not None else None
 
 
 def capacity_chart(capacity: Mapping[str, Any], slos: Sequence[str]) -> dict[str, Any]:

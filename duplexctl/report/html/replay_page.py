@@ -201,6 +201,13 @@ def build(run_dir: Path) -> str:
         audio=audio,
         seconds=seconds,
         mark_counts=_counts(found),
+        failures=[
+            *(expectation_text(e) for e in (report.get("expectations") or {}).get("failed") or []),
+            *(
+                expectation_text(e, reached=False)
+                for e in (report.get("expectations") or {}).get("not_reached") or []
+            ),
+        ],
         behaviour=behaviour_rows(report.get("behaviour") or {}),
     )
 
@@ -222,6 +229,9 @@ def behaviour_rows(section: Mapping[str, Any]) -> list[dict[str, Any]]:
             note = f"both spoke for {overlaps} ms of it"
         elif name not in section:
             note = "no trial"
+        explained = (section.get("notes") or {}).get(name)
+        if explained:  # e.g. a stop latency larger than configured: the output unit
+            note = f"{note}; {explained}" if note else explained
         rows.append(
             {
                 "name": name,
@@ -233,6 +243,20 @@ def behaviour_rows(section: Mapping[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def expectation_text(e: Mapping[str, Any], *, reached: bool = True) -> str:
+    """A failed (or not reached) expectation as a reader says it: ``step 2, turn 1: outcome
+    expected spoke, was cancelled``; the run's own ``[expect]``: ``the run: …``."""
+    where = "the run" if e.get("step") is None else f"step {e['step']}"
+    if e.get("turn") is not None:
+        where += f", turn {e['turn']}"
+    if not reached:
+        return f"{where}: {e['name']} expected {e['expected']}: not reached (the run stopped first)"
+    actual = e.get("actual")
+    was = "nothing (no such figure in the run)" if actual is None else page.format_number(actual)
+    text = f"{where}: {e['name']} expected {e['expected']}, was {was}"
+    return text + (f" — {e['why']}" if e.get("why") else "")
 
 
 def write(run_dir: Path) -> Path | None:

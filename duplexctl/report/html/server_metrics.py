@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from duplexctl.prometheus.summary import KEY_SERIES, QUIET_LABELS
+from duplexctl.prometheus.summary import KEY_SERIES, QUIET_LABELS, histogram_text
 
 SESSIONS_ACTIVE: Final = "duplexctl:duplex_sessions_active"
 #: the legend name of each server series on the page (the client's slice rows use other names)
@@ -115,7 +115,8 @@ def view(section: Mapping[str, Any]) -> dict[str, Any]:
         key=lambda c: (c["delta"] == 0, c["name"], c["labels"]),
     )
     histograms = [
-        {**h, "labels": _labels(h.get("labels") or {})} for h in section.get("histograms") or []
+        {**h, "labels": _labels(h.get("labels") or {}), "text": histogram_text(h)}
+        for h in section.get("histograms") or []
     ]
     return {
         "source": section.get("source"),
