@@ -151,3 +151,25 @@ def test_a_junit_path_that_cannot_be_written_is_exit_2(tmp_path: Path, command: 
         assert run.returncode == 2, run.stderr
         (line,) = run.stderr.strip().splitlines()
         assert line.startswith("duplexctl: error: --junit")
+
+
+def test_a_replay_suite_is_one_test_suite_per_scenario(tmp_path: Path) -> None:
+    """``replay a.toml b.toml --junit``: CI sees each scenario as a suite of its own, its
+    expectations as cases, a failing scenario's failures in its suite only."""
+    ok, failing = tmp_path / "ok.toml", tmp_path / "failing.toml"
+    ok.write_text(
+        f'[[step]]\naction = "say"\nfile = "{SHORT}"\nexpect = {{ ttfa_ms = "<20000" }}\n'
+    )
+    failing.write_text(
+        f'[[step]]\naction = "say"\nfile = "{SHORT}"\nexpect = {{ ttfa_ms = "<1" }}\n'
+    )
+    path = tmp_path / "suite.xml"
+    run = _run("replay", str(ok), str(failing), "--junit", str(path))
+    assert run.returncode == 1, run.stderr
+    validate(path)
+    by_suite = {s.name: s for s in suites(path)}
+    assert len(by_suite) == 2, list(by_suite)
+    ok_suite = next(s for name, s in by_suite.items() if "ok" in name)
+    failing_suite = next(s for name, s in by_suite.items() if "failing" in name)
+    assert int(ok_suite.failures) == 0 and int(ok_suite.tests) >= 1
+    assert int(failing_suite.failures) >= 1

@@ -88,7 +88,7 @@ def runs(server: str, prom: Prometheus, tmp_path_factory: pytest.TempPathFactory
             ],
             "B": [
                 "load", str(RECORDINGS / "barge_in.toml"), "--url", server, "--sessions", "4",
-                "--duration", "6s", "--workers", "1",
+                "--duration", "13s", "--workers", "1",  # two turn cycles: a 6 s run ends none
             ],
             "W": [
                 "load", SHORT, "--url", server, "--sessions", "3", "--warmup", "3s",
@@ -104,9 +104,10 @@ def runs(server: str, prom: Prometheus, tmp_path_factory: pytest.TempPathFactory
                 "--workers", "1", "--auto-response",
             ],
             "R": ["replay", SHORT, "--url", server, "--junit", str(tmp / "r.xml")],
+            "S": ["replay", *_two_scenarios(tmp), "--url", server],
         }  # fmt: skip
         out: dict[str, Run] = {}
-        for wave in ("ABR", "WCE"):  # three at a time: real-time runs on a 2-core machine
+        for wave in ("ABR", "WCE", "S"):  # three at a time: real-time runs on a 2-core machine
             procs = {
                 name: subprocess.Popen(
                     duplexctl_cmd(
@@ -131,6 +132,16 @@ def runs(server: str, prom: Prometheus, tmp_path_factory: pytest.TempPathFactory
     return out
 
 
+def _two_scenarios(tmp: Path) -> list[str]:
+    """A suite of two one-turn scenarios (``replay a.toml b.toml``)."""
+    paths = []
+    for name in ("first", "second"):
+        path = tmp / f"{name}.toml"
+        path.write_text(f'[[step]]\naction = "say"\nfile = "{SHORT}"\n')
+        paths.append(str(path))
+    return paths
+
+
 def _sel(run: Run, **labels: str) -> str:
     pairs = {"run_id": run.run_id, **labels}
     return ", ".join(f'{k}="{v}"' for k, v in pairs.items())
@@ -149,7 +160,7 @@ def test_every_run_pushed_all_it_had_and_said_so_in_its_report(runs: dict[str, R
         assert f"run_id={run.run_id}" in run.stderr
         assert "warning: --prometheus-rw" not in run.stderr, run.stderr
     assert runs["A"].returncode == 1  # turn_p99<=1ms cannot hold
-    assert {n: r.returncode for n, r in runs.items() if n != "A"} == dict.fromkeys("BWCER", 0)
+    assert {n: r.returncode for n, r in runs.items() if n != "A"} == dict.fromkeys("BWCERS", 0)
 
 
 def test_the_counters_equal_the_load_report(prom: Prometheus, runs: dict[str, Run]) -> None:
@@ -337,3 +348,16 @@ def test_the_load_junit_file_has_a_case_per_slo(runs: dict[str, Run]) -> None:
     assert replay.junit is not None
     validate(replay.junit)
     assert cases(replay.junit)["protocol invariants"] == ("passed", "")
+
+
+def test_a_replay_suite_is_one_pushed_run_of_every_scenarios_turns(
+    prom: Prometheus, runs: dict[str, Run]
+) -> None:
+    suite = runs["S"]
+    assert suite.report["kind"] == "duplexctl.replay_suite"
+    scenarios = suite.report["scenarios"]
+    assert [s["verdict"] for s in scenarios] == ["DONE", "DONE"]  # no expectations: run, not judged
+    spoke = sum(s["turns"] for s in scenarios)
+    assert spoke == 2
+    got = _value(prom, f"duplexctl_turns_total{{{_sel(suite, outcome='spoke', command='replay')}}}")
+    assert got == spoke  # both scenarios' turns under the suite's one run id
