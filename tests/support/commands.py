@@ -32,7 +32,7 @@ from typing import Any
 
 from duplexctl.client.connection import DuplexConnection, OpenFailed
 from duplexctl.protocol.settings import SessionSettings
-from support.paths import HELLO, ROOT, SHORT, free_port
+from support.paths import HELLO, ROOT, SHORT, free_port, with_parent
 
 __all__ = ["HELLO", "ROOT", "SHORT", "free_port"]  # re-exported: what the command tests use
 
@@ -45,7 +45,7 @@ def duplexctl_cmd(*args: str) -> list[str]:
 def serve(*args: str, timeout_s: float = 60.0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """``duplexctl serve --port 0 ARGS`` in a subprocess: yields (url, process)."""
     proc = subprocess.Popen(
-        duplexctl_cmd("serve", "--port", "0", *args),
+        with_parent(duplexctl_cmd("serve", "--port", "0", *args)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

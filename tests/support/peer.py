@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from support.paths import ROOT, free_port
+from support.paths import ROOT, free_port, with_parent
 
 PEER_KIT = Path(os.environ.get("DUPLEXCTL_PEER_KIT", ROOT.parent / "shared" / "peer"))
 PEER_VENV = Path(
@@ -58,7 +58,7 @@ class PeerPool:
         log = open(self.log_dir / f"peer-{port}.log", "wb")  # noqa: SIM115
         self.logs.append(log)
         proc = subprocess.Popen(
-            [str(PEER_VENV / "bin" / "python"), "serve_peer.py", str(port), *args],
+            with_parent([str(PEER_VENV / "bin" / "python"), "serve_peer.py", str(port), *args]),
             cwd=PEER_KIT,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support.paths import free_port
+from support.paths import free_port, with_parent
 
 BINARY = "prometheus"
 READY_TIMEOUT_S = 60.0
@@ -106,7 +106,7 @@ def running(*, scrape: Sequence[str] = (), native_histograms: bool = True) -> It
         args.append("--enable-feature=native-histograms")
     log = tmp / "prometheus.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(with_parent(args), stdout=out, stderr=subprocess.STDOUT)
     server = Prometheus(f"http://127.0.0.1:{port}", proc, log)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support.paths import with_parent
+
 SINK = "vsink"
 DRAIN = "drain"
 MONITOR = f"{SINK}.monitor"
@@ -136,16 +138,18 @@ def start_pulse(
     daemon_env.pop("PULSE_SERVER", None)  # the daemon itself serves, it does not connect
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [
-                "pulseaudio",
-                "-n",
-                "-F",
-                str(config),
-                "--daemonize=no",
-                "--exit-idle-time=-1",
-                "--use-pid-file=no",
-                "--log-target=stderr",
-            ],
+            with_parent(
+                [
+                    "pulseaudio",
+                    "-n",
+                    "-F",
+                    str(config),
+                    "--daemonize=no",
+                    "--exit-idle-time=-1",
+                    "--use-pid-file=no",
+                    "--log-target=stderr",
+                ]
+            ),
             env=daemon_env,
             stdin=subprocess.DEVNULL,
             stdout=log,
