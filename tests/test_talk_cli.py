@@ -36,6 +36,8 @@ from duplexctl.talk.view import PlainView
 
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = ROOT / "recordings" / "hello.wav"
+pytestmark = pytest.mark.realtime
+
 FAST = {"voice": "tone", "reply_seconds": 1.0, "ttfa_ms": 100, "chunk_ms": 200}
 
 # Run the CLI with PortAudio hidden from ctypes (as on a machine without libportaudio2).
@@ -44,8 +46,6 @@ import ctypes.util, sys
 _real = ctypes.util.find_library
 ctypes.util.find_library = lambda name: None if "portaudio" in name else _real(name)
 from duplexctl.cli import main
-
-pytestmark = pytest.mark.realtime
 sys.argv = ["duplexctl", *sys.argv[1:]]
 main()
 """

@@ -23,11 +23,20 @@ not know counts :data:`UNKNOWN_S`), so the long single-worker groups start at on
 short tests fill the other workers around them. Without xdist (``-n 0``, or ``-p
 no:xdist``) none of this changes anything: every test runs in one process, in collection
 order.
+
+How a group reaches the scheduler: xdist's own ``--dist loadgroup`` marks a group by
+appending ``@group`` to the node id (``item._nodeid``), which pytest 9.2's structured node
+ids no longer read, so every group silently ran spread over all workers (four peers and
+four PulseAudio daemons at once). Here each worker writes ``{node id: group}`` to a file the
+controller named in its ``workerinput`` (:func:`pytest_configure_node`), and the scheduler
+reads its units from that file: nothing depends on node-id internals.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -66,6 +75,9 @@ def group_of(item: pytest.Item) -> str | None:
     """The one group ``item`` runs in, or None (scheduled test by test)."""
     if item.get_closest_marker("timing") is not None:
         return SERIAL
+    explicit = item.get_closest_marker("xdist_group")
+    if explicit is not None:  # a test that names its group itself
+        return str(explicit.args[0] if explicit.args else explicit.kwargs.get("name", "default"))
     fixtures = set(getattr(item, "fixturenames", ()))
     for fixture, group in RESOURCE_GROUPS.items():
         if fixture in fixtures:
@@ -78,14 +90,31 @@ def group_of(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook appends "@group" to the node ids
+#: the workerinput key of the file every worker writes its groups to
+GROUPS_KEY = "lanes_groups_file"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        group = group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if item.nodeid in groups and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))  # as it runs
+    target = getattr(config, "workerinput", {}).get(GROUPS_KEY)
+    if target:  # a worker: tell the controller's scheduler (every worker writes the same)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target))
+        with os.fdopen(fd, "w") as out:
+            json.dump(groups, out)
+        os.replace(tmp, target)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown with -p no:xdist
+def pytest_configure_node(node: Any) -> None:
+    """The controller names the file its workers write their groups to."""
+    config = node.config
+    if not hasattr(config, "_lanes_groups_file"):
+        folder = tempfile.mkdtemp(prefix="duplexctl-lanes-")
+        config._lanes_groups_file = os.path.join(folder, "groups.json")
+    node.workerinput[GROUPS_KEY] = config._lanes_groups_file
 
 
 def _plain_id(nodeid: str) -> str:
@@ -135,17 +164,29 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def _lanes_scheduling() -> type:
     """The class, built on xdist's only when xdist runs (so ``-p no:xdist`` imports nothing)."""
-    from xdist.scheduler.loadgroup import LoadGroupScheduling
+    from xdist.scheduler.loadscope import LoadScopeScheduling
 
     durations = measured_durations()
 
-    class LanesScheduling(LoadGroupScheduling):  # type: ignore[misc]
+    class LanesScheduling(LoadScopeScheduling):  # type: ignore[misc]
         """xdist's group scheduling, longest unit first and the serial lane last.
 
         The serial unit stays in the work queue while anything else is queued. Once it is
         all that is left, every worker but one (the one with the most tests still pending)
         is shut down as it asks for work; when the others are gone, the serial unit goes to
         that last worker, which runs it alone."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                path = getattr(self.config, "_lanes_groups_file", None)
+                try:
+                    with open(path or "") as found:
+                        self.groups = dict(json.load(found))
+                except (OSError, ValueError):
+                    self.groups = {}
+            return self.groups.get(_plain_id(nodeid), nodeid)
 
         def _cost(self, scope: str) -> float:
             unit = self.workqueue[scope]
