@@ -44,6 +44,7 @@ def search(
     return done, out
 
 
+@pytest.mark.timing
 def test_the_search_leads_with_its_answer(
     search: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -80,6 +81,7 @@ def test_the_search_leads_with_its_answer(
     assert slo == [line for line in slo if " at 3 sessions: " in line]  # which step they judge
 
 
+@pytest.mark.timing
 @pytest.mark.browser
 @pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
 def test_the_search_page_opens_with_the_answer(

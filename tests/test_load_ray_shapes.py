@@ -203,18 +203,24 @@ def test_find_capacity_spreads_every_step_over_the_cluster_and_finds_the_knee(
 ) -> None:
     """``--find-capacity`` against a server holding 3 sessions: steps 1, 2, 4 (rejections),
     then 3; every step's actors on both nodes (and its sessions too, from 2 sessions on)."""
-    out = tmp_path / "cap"
-    with serve("--max-sessions", "3", "--reply-seconds", "2", "--disconnect-grace-s", "1") as (
-        url,
-        _server,
-    ):
-        run = run_load(
-            cluster, HELLO, "--url", url, "--workers", "2", "--find-capacity",
-            "--step-duration", "3s", "--max-level", "6", "--out", str(out),
-            timeout=240,
-        )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    cap = report_of(out)["capacity_search"]
+    for attempt in range(2):
+        out = tmp_path / f"cap{attempt}"
+        with serve("--max-sessions", "3", "--reply-seconds", "2", "--disconnect-grace-s", "1") as (
+            url,
+            _server,
+        ):
+            run = run_load(
+                cluster, HELLO, "--url", url, "--workers", "2", "--find-capacity",
+                "--step-duration", "3s", "--max-level", "6", "--out", str(out),
+                timeout=240,
+            )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        cap = report_of(out)["capacity_search"]
+        # a step the client could not pace says nothing about the server: a timing flake of
+        # a busy machine, run once more (docs/testing.md "Timing and shared machines")
+        if not str(cap["fail_reason"]).startswith("invalid_pacing") or attempt == 1:
+            break
+        print(f"\nsearch {attempt} stopped on invalid pacing: {cap['steps']}")
     levels = [s["level"] for s in cap["steps"]]
     assert levels[:3] == [1, 2, 4], cap["steps"]
     assert cap["first_fail"] is not None and cap["largest_pass"] is not None

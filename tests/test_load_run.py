@@ -47,6 +47,7 @@ def config(**kw: Any) -> LoadConfig:
     return LoadConfig(**base)
 
 
+@pytest.mark.timing
 def test_closed_loop_admits_exactly_the_limit_and_counts_the_rest(capsys: Any) -> None:
     # hello.wav + a 2 s answer outlast the 3 s run: nobody closes before the stop, so the
     # first 8 are the only admissions and every later attempt hits the full server.

@@ -16,14 +16,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from support.paths import free_port
+from support.commands import serve as serve_process
 
 pytestmark = pytest.mark.realtime
 
@@ -32,30 +30,10 @@ GRACE = ["--disconnect-grace-s", "3"]
 
 @contextmanager
 def serve(*args: str) -> Iterator[str]:
-    """``duplexctl serve`` on a free loopback port; yields its duplex URL."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "duplexctl", "serve", "--port", str(port), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("duplexctl serve did not come up")
-        yield f"ws://127.0.0.1:{port}/v1/realtime?duplex=1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    """``duplexctl serve`` on a free loopback port (dies with the test process); yields its
+    duplex URL."""
+    with serve_process(*args) as (url, _proc):
+        yield url
 
 
 def run_probe(*args: str) -> tuple[int, dict[str, Any], str]:

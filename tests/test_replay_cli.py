@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
+from support.paths import with_parent
 from typer.testing import CliRunner
 from websockets.sync.client import connect
 
@@ -41,22 +42,24 @@ def server() -> Iterator[str]:
     """``duplexctl serve`` with one admission slot and short replies."""
     port = _free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "duplexctl",
-            "serve",
-            "--port",
-            str(port),
-            "--max-sessions",
-            "1",
-            "--chunk-ms",
-            "200",
-            "--reply-seconds",
-            "1.0",
-            "--disconnect-grace-s",
-            "2",
-        ],
+        with_parent(
+            [
+                sys.executable,
+                "-m",
+                "duplexctl",
+                "serve",
+                "--port",
+                str(port),
+                "--max-sessions",
+                "1",
+                "--chunk-ms",
+                "200",
+                "--reply-seconds",
+                "1.0",
+                "--disconnect-grace-s",
+                "2",
+            ]
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

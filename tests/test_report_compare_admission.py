@@ -88,7 +88,13 @@ def test_a_a_pair_of_rejecting_runs_flags_nothing(runs: dict[str, Path]) -> None
     assert rejected["baseline"] > 0.3 and rejected["candidate"] > 0.3  # both rejected most
     assert rejected["ci_low"] is not None  # it was tested …
     assert doc["flagged"] == [], doc["flagged"]  # … and nothing changed
-    assert doc["verdict"]["word"] == "NO SIGNIFICANT CHANGE"
+    # Two 8 s runs hold two completed turns each: a latency figure of n=2 can move by more
+    # than the minimum change on a busy machine, and then the verdict says so
+    # (INCONCLUSIVE: "changed but not testable", naming the figure), never a regression or
+    # an improvement. What must hold: the admission rows were tested and nothing was flagged.
+    assert doc["verdict"]["word"] in ("NO SIGNIFICANT CHANGE", "INCONCLUSIVE"), doc["verdict"]
+    admission = [r for r in doc["rows"] if r["section"] == "admission"]
+    assert admission and all(r["ci_low"] is not None for r in admission), admission
     done = _report(str(runs["full"]), str(runs["full2"]), "--compare", "--fail-on-regression", "0")
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from support.paths import with_parent
 from support.server import closed_code, dial, open_session, recv_until, send
 
 from duplexctl.server.app import start_server
@@ -38,12 +39,7 @@ async def test_embedded_server_yields_a_working_loopback_url() -> None:
 
 async def test_serve_process_prints_url_and_closes_sessions_on_sigterm() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "duplexctl",
-        "serve",
-        "--port",
-        "0",
+        *with_parent([sys.executable, "-m", "duplexctl", "serve", "--port", "0"]),
         "--max-sessions",
         "2",
         cwd=ROOT,

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from support.engine import OPEN_TURN, Harness, pcm16, turn_config
 from support.hostile_clients import exit_if_hung
+from support.paths import with_parent
 from support.server import (
     OPEN_SESSION,
     closed_code,
@@ -316,7 +317,7 @@ async def test_a_long_close_reason_still_ends_with_a_close_frame(reason: str) ->
 async def serve_process(*args: str) -> AsyncIterator[tuple[str, int]]:
     """``duplexctl serve --port 0``; yields (duplex URL, port). Killed if it will not stop."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "duplexctl", "serve", "--port", "0", *args,
+        *with_parent([sys.executable, "-m", "duplexctl", "serve", "--port", "0", *args]),
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip

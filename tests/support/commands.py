@@ -63,6 +63,8 @@ def serve(*args: str, timeout_s: float = 60.0) -> Iterator[tuple[str, subprocess
             if found:
                 url = found.group(1)
         assert url is not None, "duplexctl serve did not start"
+        # keep reading what it prints, so a chatty server never blocks on a full pipe
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
         yield url, proc
     finally:
         proc.send_signal(signal.SIGTERM)

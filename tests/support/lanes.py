@@ -6,23 +6,29 @@ rules this plugin adds (docs/testing.md "Lanes and groups"):
 
 * **One worker per shared resource.** A session fixture is started once per pytest process,
   and every xdist worker is one, so the tests that share the Ray cluster, the private
-  PulseAudio or the vLLM-Omni peer are put in one ``xdist_group`` each (by the fixture they
-  use, :data:`RESOURCE_GROUPS`, or their marker, :data:`MARKER_GROUPS`): one worker runs
-  them, starts the resource once, and two of them never run at the same time.
+  PulseAudio or the vLLM-Omni peer are put in one group each (by the fixture they use,
+  :data:`RESOURCE_GROUPS`, or their marker, :data:`MARKER_GROUPS`): one worker runs them,
+  starts the resource once, and two of them never run at the same time.
 * **One worker per module fixture.** The tests of a module that share a module-scoped
   fixture (two saved load runs, every README example run once) stay together, so the
   fixture is built once, as it is without xdist.
-* **The serial lane: time bounds run alone.** A test marked ``timing`` asserts a time bound
-  that holds on a quiet machine but may not beside other workers. Those tests form one group,
-  :data:`SERIAL`, which the scheduler holds back until every other test has run and every
-  other worker has stopped, and then runs on one worker, alone.
+* **The quiet lane: time bounds run on a quiet machine.** A test marked ``timing`` asserts a
+  time bound that holds on a quiet machine but may not beside busy workers. Those tests form
+  one group, :data:`SERIAL`, which runs first, one test at a time, on the quiet worker
+  (:data:`QUIET_WORKER`), while every other worker lowers its own CPU priority to the
+  lowest (nice :data:`BACKGROUND_NICE`) before it runs a test. Linux's scheduler gives a
+  runnable nice-0 process ~98 % of a core against nice-19 ones and lets it preempt them on
+  wake-up, so the timed tests (and the servers and clients they start, which inherit the
+  quiet worker's priority) see an idle machine as long as they need less than the two
+  cores, while the rest of the suite runs on what they leave. Once the quiet worker has
+  run the timed tests it takes ordinary work like the others.
 
 The work units (a group, or a single test) are handed out longest first, by the durations
 measured last (``tests/durations.json``, refreshed with ``--lanes-record``; a test it does
 not know counts :data:`UNKNOWN_S`), so the long single-worker groups start at once and the
 short tests fill the other workers around them. Without xdist (``-n 0``, or ``-p
 no:xdist``) none of this changes anything: every test runs in one process, in collection
-order.
+order, at the priority it was started with.
 
 How a group reaches the scheduler: xdist's own ``--dist loadgroup`` marks a group by
 appending ``@group`` to the node id (``item._nodeid``), which pytest 9.2's structured node
@@ -43,8 +49,12 @@ from typing import Any
 
 import pytest
 
-#: the group every test marked ``timing`` is put in; run last, alone
+#: the group every test marked ``timing`` is put in; run first, on the quiet worker
 SERIAL = "serial"
+#: the xdist worker that runs the serial group at normal priority
+QUIET_WORKER = "gw0"
+#: the niceness every other worker takes (the lowest CPU priority Linux has)
+BACKGROUND_NICE = 19
 #: fixture -> the group of every test that uses it (directly or through another fixture)
 RESOURCE_GROUPS = {"cluster": "ray", "pulse_daemon": "pulse", "peer": "peer"}
 #: marker -> the group it implies (a module marks its ``audio`` tests, which share the daemon)
@@ -145,6 +155,11 @@ class _Recorder:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--lanes-record"):
         config.pluginmanager.register(_Recorder(), "lanes-recorder")
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker is not None and worker != QUIET_WORKER:
+        # a background worker: everything it runs, and every process that starts, yields
+        # the CPU to the quiet worker's timed tests
+        os.nice(BACKGROUND_NICE - os.nice(0))
 
 
 def measured_durations() -> dict[str, float]:
@@ -169,12 +184,8 @@ def _lanes_scheduling() -> type:
     durations = measured_durations()
 
     class LanesScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        """xdist's group scheduling, longest unit first and the serial lane last.
-
-        The serial unit stays in the work queue while anything else is queued. Once it is
-        all that is left, every worker but one (the one with the most tests still pending)
-        is shut down as it asks for work; when the others are gone, the serial unit goes to
-        that last worker, which runs it alone."""
+        """xdist's scope scheduling with the lanes' units: the serial unit to the quiet
+        worker first, every other unit longest first to whichever worker asks."""
 
         groups: dict[str, str] | None = None
 
@@ -192,17 +203,22 @@ def _lanes_scheduling() -> type:
             unit = self.workqueue[scope]
             return sum(durations.get(_plain_id(nodeid), UNKNOWN_S) for nodeid in unit)
 
-        def _next_scope(self) -> str | None:
-            queued = [scope for scope in self.workqueue if scope != SERIAL]
-            if queued:
-                return max(queued, key=self._cost)
-            if SERIAL in self.workqueue and len(self.nodes) == 1:
+        def _quiet(self, node: Any) -> bool:
+            """``node`` runs the serial unit: the quiet worker, or any worker once the quiet
+            one is gone (it crashed) or was never started."""
+            live = {n.gateway.id for n in self.nodes}
+            return node.gateway.id == QUIET_WORKER or QUIET_WORKER not in live
+
+        def _next_scope(self, node: Any) -> str | None:
+            if SERIAL in self.workqueue and self._quiet(node):
                 return SERIAL
-            return None  # held until this is the last worker (remove_node)
+            queued = [scope for scope in self.workqueue if scope != SERIAL]
+            return max(queued, key=self._cost) if queued else None
 
         def _assign_work_unit(self, node: Any) -> None:
-            scope = self._next_scope()
-            if scope is None:
+            scope = self._next_scope(node)
+            if scope is None:  # only the serial unit is left, and it is the quiet worker's
+                node.shutdown()
                 return
             work_unit = self.workqueue.pop(scope)
             self.assigned_work.setdefault(node, {})[scope] = work_unit
@@ -210,27 +226,5 @@ def _lanes_scheduling() -> type:
             node.send_runtest_some(
                 [collection.index(nodeid) for nodeid, done in work_unit.items() if not done]
             )
-
-        def _reschedule(self, node: Any) -> None:
-            if node.shutting_down:
-                return
-            if list(self.workqueue) != [SERIAL]:
-                super()._reschedule(node)
-                return
-            if len(self.nodes) == 1:
-                self._assign_work_unit(node)
-                return
-            if self._pending_of(self.assigned_work[node]) > 2:
-                return
-            live = [n for n in self.nodes if not n.shutting_down]
-            keeper = max(live, key=lambda n: self._pending_of(self.assigned_work[n]))
-            if node is not keeper:
-                node.shutdown()  # runs what it holds, then leaves (remove_node)
-
-        def remove_node(self, node: Any) -> str | None:
-            crashed = super().remove_node(node)
-            if list(self.workqueue) == [SERIAL] and len(self.nodes) == 1:
-                self._assign_work_unit(self.nodes[0])
-            return crashed
 
     return LanesScheduling
