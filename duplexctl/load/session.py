@@ -106,6 +106,8 @@ class SessionRecord:
     unanswered_turns: int = 0  # turns given up on as no_response (errors no_response)
     behaviours: dict[str, int] = field(default_factory=dict)
     unanswered_interruptions: int = 0
+    # --stagger: the fraction of one pass it began at (docs/metrics.md "A steady start")
+    stagger: float | None = None
     # what its responses add up to (docs/metrics.md "Audio continuity"); frame accounting's
     # block goes beside it
     continuity: SessionContinuity = field(default_factory=SessionContinuity)
@@ -234,6 +236,7 @@ class LoadSession:
         self.api_key = api_key
         self.stop = stop if stop is not None else asyncio.Event()
         self._unplanned = UnplannedDrops()
+        record.stagger = stagger
 
     def _scenario(self) -> tuple[Scenario, list[str | None]]:
         """This session's scenario: mix behaviours apply to plain say/wait scripts only;

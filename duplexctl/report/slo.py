@@ -294,7 +294,7 @@ def parse_slo(
         if unit == "s":
             threshold *= 1000.0
     elif unit == "%":
-        if stat is not None or not metric.endswith("_rate"):
+        if stat is not None or not (metric.endswith("_rate") or CONTINUITY_RATE.match(metric)):
             raise ValueError(f"{where}: % applies to rates (…_rate), not to {lhs}")
         threshold /= 100.0
     return Slo(expr=text, metric=metric, stat=stat, op=op, threshold=threshold, unit=unit)

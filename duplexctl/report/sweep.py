@@ -183,7 +183,7 @@ def lines(sweep: Mapping[str, Any]) -> list[str]:
     unit = sweep.get("unit", "sessions")
     base = sweep.get("baseline") or {}
     out = [
-        f"sweep: {len(rows)} levels of {format_value(sweep.get('step_duration_s'))} s "
+        f"sweep: {len(rows)} levels of {float(sweep.get('step_duration_s') or 0):g} s "
         f"({', '.join(str(r['level']) for r in rows)} {unit}); the N = 1 baseline ttfa p50 "
         + (
             format_value(base["ttfa_ms"]["p50"]) + " ms"
@@ -203,17 +203,17 @@ def lines(sweep: Mapping[str, Any]) -> list[str]:
         cont, beh = r["continuity"], r["behaviour"]
         worst = cont["audio_underrun_ms"]
         oks = " ".join(f"{t}:{_pct(cont['ok_rate'].get(str(t)))}" for t in thresholds)
+        refused = ", ".join(f"{c} {n}" for c, n in join["not_admitted"].items())
+        joined = f"n={jt['n'] if jt else 0} of {sweep.get('join_samples', 0)}" + (
+            f"; refused: {refused}" if refused else ""
+        )
+        not_measured = sum(cont["not_measured"].values())
         out.append(
             f"  {r['level']:>4} {unit}: {'pass' if r['passed'] else 'FAIL'}"
             f" | ttfa p50 {_p(ttfa, 'p50')} p95 {_p(ttfa, 'p95')}"
-            f" | join ttfa p50 {_p(jt, 'p50')} p95 {_p(jt, 'p95')} (n={jt['n'] if jt else 0}"
-            f" of {sweep.get('join_samples', 0)})"
+            f" | join ttfa p50 {_p(jt, 'p50')} p95 {_p(jt, 'p95')} ({joined})"
             f" | underrun p95 {_p(worst, 'p95')} ok {oks or '–'}"
-            + (
-                f" ({sum(cont['not_measured'].values())} not measured)"
-                if cont["not_measured"]
-                else ""
-            )
+            + (f" ({not_measured} not measured)" if not_measured else "")
             + f" | RTF<1 {_pct(cont['session_rtf_below_1_rate'])} of {cont['sessions_with_rtf']}"
             + f" | takeover {_pct(beh['takeover_rate'])} stop p95 {_p(beh['stop_latency_ms'], 'p95')}"
             + f" gap p95 {_p(beh['response_gap_ms'], 'p95')}"
