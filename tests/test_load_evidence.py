@@ -110,7 +110,7 @@ def test_a_sweep_joins_each_level_rebuilds_exactly_and_leads_the_page(tmp_path: 
     ) as (url, _):  # fmt: skip
         done = load(
             url, out, "--sweep", "1,4", "--step-duration", "18s", "--workers", "2",
-            "--join-samples", "4", "--stagger",
+            "--join-samples", "4", "--stagger", "--junit", str(tmp_path / "junit.xml"),
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text())
@@ -154,11 +154,13 @@ def test_a_sweep_joins_each_level_rebuilds_exactly_and_leads_the_page(tmp_path: 
         assert {t["worker"] for t in joined} == {0}  # one joining session at a time
     # --stagger: the 4 users' first sessions began at 0, 1/4, 2/4, 3/4 of a pass, across
     # both workers
-    firsts = [
-        s for s in sessions if s.get("level") == 4 and s["index"] >= 0 and s["attempt"] == 1
-    ]
+    firsts = [s for s in sessions if s.get("level") == 4 and s["index"] >= 0 and s["attempt"] == 1]
     assert sorted(s["stagger"] for s in firsts) == [0.0, 0.25, 0.5, 0.75]
     assert Counter(s["worker"] for s in firsts) == {0: 2, 1: 2}
+    # JUnit: a case per level
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'name="level 1 sessions" classname="duplexctl.load.sweep"' in junit
+    assert 'name="level 4 sessions" classname="duplexctl.load.sweep"' in junit
     # the page leads with the sweep: its table, then its curves
     seen = open_page(
         out / "report.html",

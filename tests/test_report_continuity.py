@@ -22,9 +22,7 @@ from duplexctl.scenario.model import Say, Silence, Wait
 from support.paths import HELLO, SHORT
 
 #: a stream: (seconds after the previous chunk, chunk ms)
-streams = st.lists(
-    st.tuples(st.floats(0, 0.5), st.floats(1, 300)), min_size=1, max_size=40
-)
+streams = st.lists(st.tuples(st.floats(0, 0.5), st.floats(1, 300)), min_size=1, max_size=40)
 
 
 def their_formula(arrivals: list[float], durations_ms: list[float]) -> float:
@@ -158,7 +156,9 @@ def test_bad_thresholds_name_the_problem(text: str, problem: str) -> None:
 
 def test_an_slo_on_a_threshold_not_judged_is_refused_before_the_run() -> None:
     assert parse_slo("continuity_ok_rate_150>=99%").threshold == pytest.approx(0.99)
-    config = LoadConfig(inputs=[SHORT], sessions=1, duration_s=1, slos=["continuity_ok_rate_150>=0.9"])
+    config = LoadConfig(
+        inputs=[SHORT], sessions=1, duration_s=1, slos=["continuity_ok_rate_150>=0.9"]
+    )
     with pytest.raises(BadInput, match="150 ms is not a --continuity-thresholds value"):
         config.validate()
 
@@ -166,9 +166,7 @@ def test_an_slo_on_a_threshold_not_judged_is_refused_before_the_run() -> None:
 def test_stagger_rotates_the_pass_at_its_idle_points() -> None:
     script = build_script([SHORT, HELLO])  # two turns: say, wait, say, wait
     scenario = script.scenario
-    spans = [
-        sum(script.step_seconds(s) for s in scenario.steps[a:b]) for a, b in ((0, 2), (2, 4))
-    ]
+    spans = [sum(script.step_seconds(s) for s in scenario.steps[a:b]) for a, b in ((0, 2), (2, 4))]
     at_start, _ = script.staggered(scenario, [], 0.0)
     assert at_start.steps == scenario.steps
     # a quarter of the way: inside the first turn, silent for its rest, then the second

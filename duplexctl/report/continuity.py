@@ -266,7 +266,7 @@ def lines(cont: Mapping[str, Any], server: Mapping[str, Any] | None = None) -> l
         oks.append(f"{t} ms {text}")
     nm = cont.get("not_measured") or {}
     not_measured = sum(nm.values())
-    tail = f" of {measured} measured responses"
+    tail = f" of {measured} measured response{'' if measured == 1 else 's'}"
     if not_measured:
         why = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in nm.items())
         tail += f"; {not_measured} not measured ({why}), counted in no rate"
@@ -278,13 +278,14 @@ def lines(cont: Mapping[str, Any], server: Mapping[str, Any] | None = None) -> l
         rate = s.get("rtf_below_1_rate")
         line = (
             f"session RTF < 1: {'not measured' if rate is None else f'{format_value(rate * 100)}%'}"
-            f" of {s.get('with_rtf', 0)} sessions"
+            f" of {s.get('with_rtf', 0)} session{'' if s.get('with_rtf', 0) == 1 else 's'}"
         )
         if rtf:
             line += (
                 f" (session_rtf p50 {format_value(rtf['p50'])} · p95 {format_value(rtf['p95'])})"
             )
         if s.get("not_measured"):
-            line += f"; {s['not_measured']} sessions without an audio response, not counted"
+            n = s["not_measured"]
+            line += f"; {n} session{'' if n == 1 else 's'} without an audio response, not counted"
         out.append(line)
     return out + server_lines(server)
