@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.browser import needs_browser, open_page, screenshot_path
+from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
 from duplexctl import __version__
 from duplexctl.report.load_report import tally_of
-from support.browser import needs_browser, open_page, screenshot_path
-from support.commands import ROOT, SHORT, duplexctl_cmd, serve
 
 pytestmark = pytest.mark.realtime
 

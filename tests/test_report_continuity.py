@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.paths import HELLO, SHORT
 
 from duplexctl.audio.playback import PlaybackClock, WorstDeficit
 from duplexctl.errors import BadInput
@@ -19,7 +20,6 @@ from duplexctl.report import continuity
 from duplexctl.report.slo import parse_slo
 from duplexctl.report.turns import Delta, TurnTimes, compute_turn
 from duplexctl.scenario.model import Say, Silence, Wait
-from support.paths import HELLO, SHORT
 
 #: a stream: (seconds after the previous chunk, chunk ms)
 streams = st.lists(st.tuples(st.floats(0, 0.5), st.floats(1, 300)), min_size=1, max_size=40)
