@@ -297,8 +297,7 @@ async def run_sweep(
             }
         )
         await asyncio.sleep(STEP_PAUSE_S)
-    report = dict(report) if report else {}
-    report["sweep"] = {
+    section = {
         "unit": "sessions",
         "levels": rows,
         "baseline": sweep_report.baseline(rows),
@@ -312,7 +311,7 @@ async def run_sweep(
         "totals": search_totals(tried, time.monotonic() - began),
         "data": data,
     }
-    return report
+    return sweep_report.lead(report, section)
 
 
 def search_totals(runs: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any]:

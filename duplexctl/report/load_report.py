@@ -587,7 +587,8 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
     if not cap:
         lines.extend(slot_release_lines(report))
     lines.extend(environment_lines(report.get("environment")))
-    at = f" at {cap['figures_from']} {cap.get('unit', 'sessions')}" if cap else ""
+    stepped = cap or report.get("sweep")
+    at = f" at {stepped['figures_from']} {stepped.get('unit', 'sessions')}" if stepped else ""
     for res in report.get("slo", []):
         verdict = "PASS" if res["passed"] else "FAIL"
         actual = "no samples" if res["actual"] is None else format_value(res["actual"])

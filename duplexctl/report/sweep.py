@@ -132,6 +132,19 @@ def rows_of(
     ]
 
 
+def lead(report: Mapping[str, Any], sweep: Mapping[str, Any]) -> dict[str, Any]:
+    """``report`` with ``sweep`` as its first section (after ``kind`` and ``version``), and
+    the SLO verdicts of the level its own sections are (``figures_from``)."""
+    head = {k: report[k] for k in ("kind", "version") if k in report}
+    out = {**head, "sweep": dict(sweep)}
+    out.update({k: v for k, v in report.items() if k not in out})
+    rows = sweep.get("levels") or []
+    last = next((r for r in rows if r["level"] == sweep.get("figures_from")), None)
+    if last is not None:
+        out["slo"] = list(last["slo"])
+    return out
+
+
 def rebuild(report: dict[str, Any]) -> dict[str, Any]:
     """A saved sweep report with its table recomputed from its levels' tallies."""
     sweep = report.get("sweep")
@@ -139,8 +152,7 @@ def rebuild(report: dict[str, Any]) -> dict[str, Any]:
         return report
     chunk_ms = int((report.get("validity") or {}).get("chunk_ms", 100))
     rows = rows_of(sweep, report.get("config") or {}, chunk_ms)
-    report["sweep"] = {**sweep, "levels": rows, "baseline": baseline(rows)}
-    return report
+    return lead(report, {**sweep, "levels": rows, "baseline": baseline(rows)})
 
 
 def merge(docs: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> dict[str, Any]:

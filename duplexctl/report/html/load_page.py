@@ -326,6 +326,10 @@ def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[s
     empty = measured_nothing(report)
     if empty:
         flags.append((empty, "bad"))
+    sweep = report.get("sweep")
+    for row in (sweep or {}).get("levels", []):
+        if not row["passed"]:
+            flags.append((f"level {row['level']} sessions: {row['reason']}", "bad"))
     if failed:
         word = ("FAIL", "fail")
     elif validity.get("invalid_pacing"):
@@ -336,6 +340,9 @@ def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[s
         word = ("INTERRUPTED", "warn")
     elif slos or (cap is not None and cap.get("largest_pass") is not None):
         word = ("PASS", "pass")
+    elif sweep and sweep.get("levels"):
+        word = ("DONE", "info")
+        flags.append(("no SLO given: each level judged on admission and pacing only", "info"))
     else:
         word = ("DONE", "info")
         flags.append(("no SLO given: nothing was judged (--slo EXPR)", "info"))
