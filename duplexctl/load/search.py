@@ -84,19 +84,9 @@ async def find_capacity(
     began = time.monotonic()
     while (level := search.next_level()) is not None and not irq.stop.is_set():
         step = await judged_step(
-            config,
-            level,
-            url,
-            embedded,
-            irq,
-            slos,
-            title=f"capacity step: {level} {unit}",
-            what=f"capacity step {level} {unit}",
+            config, level, url, embedded, irq, slos, "capacity step", unit, tried, on_step,
             open_loop=open_loop,
-        )
-        tried.extend(step.tried)
-        if on_step is not None:
-            on_step(level, step.started, time.monotonic())
+        )  # fmt: skip
         if irq.interrupted:
             break
         report, results, missing, runs, duration = (
@@ -109,7 +99,7 @@ async def find_capacity(
         rejected = report["admission"]["by_kind"].get("rejected_capacity", 0)
         if rejected and (rejections_began is None or level < rejections_began):
             rejections_began = level
-        reasons = steps_rules.reasons(report, results, missing, runs)
+        reasons = step.reasons
         passed = not reasons
         search.record(level, passed, "; ".join(reasons))
         ttfa = report["figures"].get("ttfa_ms", {})
@@ -200,17 +190,22 @@ async def judged_step(
     embedded: dict[str, Any] | None,
     irq: Interrupts,
     slos: Sequence[Slo],
+    name: str,
+    unit: str,
+    tried_so_far: list[dict[str, Any]],
+    on_step: Callable[[int, float, float], None] | None,
     *,
-    title: str,
-    what: str,
     open_loop: bool = False,
     out: Path | None = None,
     **overrides: Any,
 ) -> JudgedStep:
     """Run one step at ``level`` until it can be judged (the module docstring's rule):
     again for twice as long, at most :data:`MAX_STEP_EXTENSIONS` times, unless it already
-    failed on admission. ``overrides``: more fields of the step's config (a sweep's joining
-    sessions)."""
+    failed on admission. Every try's report is added to ``tried_so_far`` (the totals);
+    ``on_step(level, start, end)`` follows the step (the server metrics per step).
+    ``overrides``: more fields of the step's config (a sweep's joining sessions)."""
+    what = f"{name} {level} {unit}"
+    title = f"{name}: {level} {unit}"  # the live view's title
     duration = config.step_duration_s
     runs: list[dict[str, Any]] = []
     tried: list[dict[str, Any]] = []
@@ -232,11 +227,14 @@ async def judged_step(
         report = await run_step(step_cfg, url, embedded, irq, out=out, title=title)
         results = steps_rules.results_of(report, slos)
         missing = steps_rules.unjudged(report, results)
-        if irq.interrupted:
-            return JudgedStep(report, results, missing, runs, duration, started, tried)
-        runs.append({"duration_s": duration, "turns": report["turns"]["count"]})
-        tried.append(report)
-        if missing is None or len(runs) > MAX_STEP_EXTENSIONS or steps_rules.refused(report):
+        if not irq.interrupted:
+            runs.append({"duration_s": duration, "turns": report["turns"]["count"]})
+            tried.append(report)
+        done = missing is None or len(runs) > MAX_STEP_EXTENSIONS or steps_rules.refused(report)
+        if irq.interrupted or done:
+            tried_so_far.extend(tried)
+            if on_step is not None:
+                on_step(level, started, time.monotonic())
             return JudgedStep(report, results, missing, runs, duration, started, tried)
         say(f"{what}: {missing} in {duration:g} s; running it again for {2 * duration:g} s")
         duration *= 2
@@ -268,20 +266,9 @@ async def run_sweep(
         if irq.stop.is_set():
             break
         step = await judged_step(
-            config,
-            level,
-            url,
-            embedded,
-            irq,
-            slos,
-            title=f"sweep level: {level} sessions",
-            what=f"sweep level {level} sessions",
-            out=out,
-            join_samples=config.joins,
-        )
-        tried.extend(step.tried)
-        if on_step is not None:
-            on_step(level, step.started, time.monotonic())
+            config, level, url, embedded, irq, slos, "sweep level", "sessions", tried, on_step,
+            out=out, join_samples=config.joins,
+        )  # fmt: skip
         report = step.report  # interrupted: the partial level's figures, but no row
         if irq.interrupted:
             break
