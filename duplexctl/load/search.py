@@ -89,13 +89,7 @@ async def find_capacity(
         )  # fmt: skip
         if irq.interrupted:
             break
-        report, results, missing, runs, duration = (
-            step.report,
-            step.results,
-            step.missing,
-            step.runs,
-            step.duration_s,
-        )
+        report, results, runs, duration = step.report, step.results, step.runs, step.duration_s
         rejected = report["admission"]["by_kind"].get("rejected_capacity", 0)
         if rejected and (rejections_began is None or level < rejections_began):
             rejections_began = level
