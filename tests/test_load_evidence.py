@@ -128,6 +128,8 @@ def test_a_sweep_joins_each_level_rebuilds_exactly_and_leads_the_page(tmp_path: 
     assert j1["n"] >= 2 and j4["n"] >= 2
     assert j4["p50"] > j1["p50"] + 50, (j1, j4)
     assert sweep["baseline"]["ttfa_ms"] == one["ttfa_ms"]
+    # behaviour against load: every level's response gap, from its sessions' conversations
+    assert one["behaviour"]["response_gap_ms"]["n"] and four["behaviour"]["response_gap_ms"]["n"]
     # duplexctl report rebuilds the very table from the saved tallies
     again = subprocess.run(
         duplexctl_cmd("report", str(out), "--json"),
