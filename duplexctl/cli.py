@@ -940,7 +940,33 @@ def load(
     find_capacity: Annotated[
         bool, typer.Option("--find-capacity", help="Step the load up, then bisect.")
     ] = False,
-    step_duration: Annotated[str, typer.Option(help="Capacity search: time per step.")] = "20s",
+    step_duration: Annotated[
+        str, typer.Option(help="Capacity search and --sweep: time per step (level).")
+    ] = "20s",
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            help="Fixed levels of concurrent sessions, e.g. 1,2,4,8,16: each a step of "
+            "--step-duration, every SLO judged per level."
+        ),
+    ] = None,
+    join_samples: Annotated[
+        int | None,
+        typer.Option(
+            help="Sessions that join the N running ones in steady state, one after the other "
+            "(default 10 with --sweep)."
+        ),
+    ] = None,
+    stagger: Annotated[
+        bool,
+        typer.Option(
+            "--stagger", help="Begin each user's first session elsewhere in its conversation."
+        ),
+    ] = False,
+    continuity_thresholds: Annotated[
+        str | None,
+        typer.Option(help="Audio continuity-OK thresholds in ms (default 50,100,200)."),
+    ] = None,
     max_level: Annotated[int, typer.Option(help="Capacity search: highest level tried.")] = 256,
     measure_slot_release: Annotated[
         bool, typer.Option("--measure-slot-release", help="Time a full server takes to re-admit.")
@@ -1047,8 +1073,9 @@ def load(
     from duplexctl.client.target import server_behaviour as behaviour_setting
     from duplexctl.errors import BadInput
     from duplexctl.load.arrivals import parse_duration
-    from duplexctl.load.config import LoadConfig, Mix, workers_for
+    from duplexctl.load.config import LoadConfig, Mix, parse_sweep, workers_for
     from duplexctl.load.run import run_load
+    from duplexctl.report.continuity import parse_thresholds
 
     _ignored_with_url(url, server_behaviour)
     overrides: dict[str, object] = {}
@@ -1072,6 +1099,11 @@ def load(
             return parse_duration(text)
         except ValueError as exc:
             raise BadInput(f"{flag}: {exc}") from None
+
+    try:
+        thresholds = parse_thresholds(continuity_thresholds)
+    except ValueError as exc:
+        raise BadInput(f"--continuity-thresholds: {exc}") from None
 
     config = LoadConfig(
         url=url,
@@ -1105,6 +1137,10 @@ def load(
         find_capacity=find_capacity,
         step_duration_s=seconds(step_duration, "--step-duration") or 20.0,
         max_level=max_level,
+        sweep=None if sweep is None else parse_sweep(sweep),
+        join_samples=join_samples,
+        stagger=stagger,
+        continuity_thresholds_ms=thresholds,
         measure_slot_release=measure_slot_release,
         no_slot_release=no_slot_release,
         slos=list(slo or []),

@@ -16,6 +16,14 @@ cheap for hundreds of sessions. Calls must come in non-decreasing time order, ex
 
 ``talk``'s speaker (``audio/devices.py`` ``SpeakerPlayback``) has the same shape, with the
 output device driving the clock instead of arithmetic.
+
+The clock also keeps vLLM-Omni's continuity figure (docs/metrics.md "Audio continuity"):
+``audio_underrun_ms``, the worst deficit of a player that starts at the first chunk and
+never waits — for each later chunk, how far its arrival is behind the position that player
+has reached (``recv − recv(first) − audio received before it``). On a clock that waits, that
+is the silence it inserts in total when it has no prebuffer, so ``stall_ms`` is exactly
+``max(0, audio_underrun_ms − prebuffer_ms)``; the figure itself does not depend on the
+prebuffer. Chunks received after a flush are not counted: nobody listened to them.
 """
 
 from __future__ import annotations
@@ -24,6 +32,32 @@ import bisect
 
 # Lateness below 1 us is float rounding of (wall + ms/1000) sums, not an underrun.
 _ROUNDING_S = 1e-6
+
+
+class WorstDeficit:
+    """vLLM-Omni's worst underrun of one stream (``audio_underrun``; its
+    ``compute_continuity_stats``): a player starts at the first chunk's arrival and plays
+    in real time without ever waiting; each later chunk's deficit is how far its arrival is
+    behind that player (``now − first − audio received before it``); the worst is kept,
+    0 when none was late. The one place the formula lives: the client's playback clock and
+    the reference server's ``vllm_omni:audio_underrun_s`` both use it."""
+
+    __slots__ = ("_first", "received_ms", "worst_ms")
+
+    def __init__(self) -> None:
+        self._first: float | None = None
+        self.received_ms = 0.0
+        self.worst_ms = 0.0
+
+    def add(self, now: float, duration_ms: float) -> None:
+        """A chunk of ``duration_ms`` arrived (or was sent) at ``now`` (seconds)."""
+        if self._first is None:
+            self._first = now
+        else:
+            deficit = (now - self._first) * 1000.0 - self.received_ms
+            if deficit > self.worst_ms and deficit > _ROUNDING_S * 1000.0:
+                self.worst_ms = deficit
+        self.received_ms += duration_ms
 
 
 class PlaybackClock:
@@ -46,9 +80,15 @@ class PlaybackClock:
         self.flushed_at: float | None = None
         self.heard_ms: float | None = None  # frozen heard position after flush
         self.discarded_ms = 0.0  # audio received after flush (never played)
+        self._deficit = WorstDeficit()  # vLLM-Omni's worst underrun (module docstring)
         self._flush_end: float | None = None
         self._run_wall: list[float] = []  # wall start of each run
         self._run_audio: list[float] = []  # audio ms at the start of each run
+
+    @property
+    def audio_underrun_ms(self) -> float:
+        """vLLM-Omni's worst underrun of the chunks played so far (:class:`WorstDeficit`)."""
+        return self._deficit.worst_ms
 
     @property
     def first_audible(self) -> float | None:
@@ -74,6 +114,7 @@ class PlaybackClock:
             self.discarded_ms += duration_ms
             return
         due = self.due_time()
+        self._deficit.add(now, duration_ms)
         if due is None:
             self._start_run(now + self.prebuffer_ms / 1000.0)
         elif now - due > _ROUNDING_S:

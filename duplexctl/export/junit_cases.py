@@ -114,7 +114,23 @@ def load_suite(report: Mapping[str, Any], *, unreached: str | None = None) -> Su
         adm.output = f"{admission.get('attempts', 0)} attempts, admitted {admission.get('by_kind', {}).get('admitted', 0)}"
     suite.cases.append(adm)
     cap = report.get("capacity_search")
-    if cap is None:
+    sweep = report.get("sweep")
+    if sweep is not None:  # a level sweep: a case per level, its SLOs judged there
+        for row in sweep.get("levels", []):
+            slos = "; ".join(
+                f"{'PASS' if r['passed'] else 'FAIL'} {r['expr']}: {r['actual']}"
+                for r in row.get("slo", [])
+            )
+            suite.cases.append(
+                Case(
+                    name=f"level {row['level']} {sweep.get('unit', 'sessions')}",
+                    classname="duplexctl.load.sweep",
+                    outcome="passed" if row.get("passed") else FAILURE,
+                    message=row.get("reason", ""),
+                    output=slos or "no --slo: judged on admission and pacing",
+                )
+            )
+    elif cap is None:
         suite.cases.extend(_slo_case(slo) for slo in report.get("slo", []))
     else:
         unit = cap.get("unit", "")

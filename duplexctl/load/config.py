@@ -27,9 +27,36 @@ from typing import Any, Final
 from duplexctl.errors import BadInput
 from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
+from duplexctl.report.continuity import DEFAULT_THRESHOLDS_MS, RATE_PREFIX
 from duplexctl.resolver import FLAGS, Command, RunSettings, resolve
 
 MIX_KINDS: Final = ("barge_in", "cancel", "drop_resume")
+#: sessions joining each level of a sweep, one after the other, once the level is steady:
+#: ten give a p50 and a p90 that are distinct order statistics, and ten joins of one turn
+#: (about 4 s each with the bundled turns) fit in a 60 s step after the level is steady
+JOIN_SAMPLES: Final = 10
+MAX_SWEEP_LEVELS: Final = 32
+
+
+def parse_sweep(text: str) -> list[int]:
+    """``"1,2,4,8,16"`` → [1, 2, 4, 8, 16]: whole numbers of sessions ≥ 1, rising, at most
+    :data:`MAX_SWEEP_LEVELS`; ``BadInput`` naming the problem."""
+    levels: list[int] = []
+    for item in text.split(","):
+        raw = item.strip()
+        if not raw.isdigit() or int(raw) < 1:
+            raise BadInput(
+                f"--sweep {text!r}: {raw!r} is not a number of sessions (whole, >= 1), "
+                "e.g. --sweep 1,2,4,8,16"
+            )
+        levels.append(int(raw))
+    if sorted(set(levels)) != levels:
+        raise BadInput(f"--sweep {text!r}: levels must rise, each once, e.g. --sweep 1,2,4,8,16")
+    if len(levels) > MAX_SWEEP_LEVELS:
+        raise BadInput(f"--sweep {text!r}: at most {MAX_SWEEP_LEVELS} levels")
+    return levels
+
+
 # The LoadConfig fields that are resolver settings (flags when built, values used after).
 SETTING_FIELDS: Final = FLAGS[Command.LOAD]
 
@@ -187,6 +214,20 @@ class LoadConfig:
     capacity_start: int = 1
     measure_slot_release: bool = False
     no_slot_release: bool = False  # --find-capacity without its slot-release measurement
+    # level sweep (--sweep 1,2,4,8,16): fixed levels, each a step (load/search.py)
+    sweep: list[int] | None = None
+    # sessions that join N in steady state, one after the other (engine.py); None: the
+    # default (JOIN_SAMPLES with --sweep, none otherwise)
+    join_samples: int | None = None
+    # --stagger: each user's first session begins elsewhere in its conversation
+    stagger: bool = False
+    # a worker's users among all (share): (first, step, of) = its users are the global users
+    # first, first+step, … of ``of``; None: this process runs them all
+    user_numbering: tuple[int, int, int] | None = None
+    # continuity-OK thresholds, ms (report/continuity.py)
+    continuity_thresholds_ms: tuple[int, ...] = DEFAULT_THRESHOLDS_MS
+    # the step a config runs (set by load/search.py): (level, try); its JSONL lines say so
+    step: tuple[int, int] | None = None
     # judging and output
     slos: list[str] = field(default_factory=list)
     workers: int = 1
@@ -229,13 +270,51 @@ class LoadConfig:
     def closed_loop(self) -> bool:
         return self.rate is None
 
+    @property
+    def joins(self) -> int:
+        """Sessions that join the N running ones (0: none), the default resolved."""
+        if self.join_samples is not None:
+            return self.join_samples
+        return JOIN_SAMPLES if self.sweep else 0
+
     def validate(self) -> LoadConfig:
         """Raise ``BadInput`` (one line) for anything a run could not do."""
+        if self.sweep is not None:
+            given = [
+                flag
+                for flag, value in (
+                    ("--find-capacity", self.find_capacity),
+                    ("--sessions", self.sessions is not None),
+                    ("--rate", self.rate is not None),
+                    ("--ramp", self.ramp is not None),
+                    ("--count", self.count is not None),
+                    ("--duration", self.duration_s is not None),
+                )
+                if value
+            ]
+            if given:
+                raise BadInput(
+                    f"--sweep runs fixed levels of --step-duration each: drop {', '.join(given)}"
+                )
+            if not self.sweep:
+                raise BadInput("--sweep needs levels, e.g. --sweep 1,2,4,8,16")
+        if self.join_samples is not None:
+            if self.join_samples < 0:
+                raise BadInput("--join-samples must be >= 0 (0: no joining session)")
+            if self.rate is not None or self.find_capacity or self.ramp is not None:
+                raise BadInput(
+                    "--join-samples joins N sessions in steady state: it needs --sweep or "
+                    "--sessions N (closed loop, no --ramp)"
+                )
+        if self.stagger and (self.rate is not None or self.ramp is not None):
+            raise BadInput("--stagger staggers the N users of a closed loop: drop --rate / --ramp")
         if self.find_capacity:
             if self.count is not None:
                 raise BadInput("--find-capacity runs timed steps: drop --count")
-        elif self.sessions is None and self.rate is None:
-            raise BadInput("give --sessions N (closed loop) or --rate R (open loop)")
+        elif self.sessions is None and self.rate is None and self.sweep is None:
+            raise BadInput(
+                "give --sessions N (closed loop), --rate R (open loop) or --sweep LEVELS"
+            )
         if self.sessions is not None and self.rate is not None:
             raise BadInput("--sessions (closed loop) and --rate (open loop) exclude each other")
         if self.sessions is not None and self.sessions < 1:
@@ -244,6 +323,7 @@ class LoadConfig:
             raise BadInput("--rate must be > 0 sessions/s")
         if (
             not self.find_capacity
+            and self.sweep is None
             and self.duration_s is None
             and self.count is None
             and self.ramp is None
@@ -296,9 +376,17 @@ class LoadConfig:
             from duplexctl.report.slo import parse_slos
 
             try:
-                parse_slos(self.slos)
+                parsed = parse_slos(self.slos)
             except ValueError as exc:
                 raise BadInput(str(exc)) from None
+            for slo in parsed:  # a threshold the run does not judge: no run could pass it
+                if slo.metric.startswith(RATE_PREFIX):
+                    t = int(slo.metric.removeprefix(RATE_PREFIX))
+                    if t not in self.continuity_thresholds_ms:
+                        raise BadInput(
+                            f"SLO {slo.expr!r}: {t} ms is not a --continuity-thresholds value "
+                            f"({','.join(map(str, self.continuity_thresholds_ms))})"
+                        )
         return self
 
     # -- views ---------------------------------------------------------------------------
@@ -331,6 +419,8 @@ class LoadConfig:
         part = dataclasses.replace(self, workers=1)
         if self.sessions is not None:
             part.sessions = split(self.sessions)
+            # user k of worker index is the global user index + k*workers (as split_ramp)
+            part.user_numbering = (index, workers, self.sessions)
         if self.rate is not None:
             part.rate = self.rate / workers
         if self.count is not None:

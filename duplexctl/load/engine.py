@@ -16,6 +16,20 @@ an arrival that waits for a slot records the wait as ``client_queue_ms`` (schedu
 to session start), and its first turn's latencies are also recorded with the wait added
 (``ttfa_with_queue_ms``), so coordinated omission is visible instead of hidden.
 
+``--stagger`` (closed loop): user ``i`` of ``N`` begins its first session at ``i/N`` of one
+pass of the conversation (:meth:`~duplexctl.load.script.Script.staggered`), so from the
+start the users are spread over speaking, waiting and listening as they are later, not all
+speaking their first turn at once (AIPerf's "virtual history").
+
+The joining session (``--sweep``, ``--join-samples K``; closed loop): once the N users are in
+steady state — the warm-up, the users' start spread and one first turn of the script after
+the start (:meth:`Driver.steady_at`) — one extra session opens, speaks its first turn, hears
+the answer and closes; then the next, K in all, one at a time, while the run lasts. Its
+``handshake_ms``, first turn's ``ttfa_ms`` and ``turn_ms`` are its own figures
+(``join_handshake_ms``, ``join_ttfa_ms``, ``join_turn_ms``: "what does the N+1st caller
+wait"), recorded apart from the N users' figures and counts (:class:`JoinSink`). Only worker
+0 runs it, so a run has one joining session at a time whatever ``--workers``.
+
 Timing: ``--warmup`` runs first and is excluded from the headline figures; ``--duration``
 is the measured time after it. The run stops at the end of the duration, when ``--count``
 sessions have been attempted and finished, or on ``stop`` (Ctrl-C): arrivals stop, every
@@ -38,13 +52,18 @@ from duplexctl.load.config import LoadConfig
 from duplexctl.load.monitor import CpuMeter, LoopLagMonitor
 from duplexctl.load.recorder import Recorder
 from duplexctl.load.script import AppendCache, Script, build_script
-from duplexctl.load.session import LoadSession, SessionRecord
+from duplexctl.load.session import LoadSession, SessionRecord, Sink
 from duplexctl.protocol.settings import SessionSettings
+from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig, check_pauses
 
 CLOSED_SPREAD_S: Final = 2.0
 BACKOFF_MIN_S: Final = 0.25
 BACKOFF_MAX_S: Final = 4.0
+#: pause between one joining session's close and the next one's open
+JOIN_GAP_S: Final = 0.5
+#: the joining sessions' index in sessions.jsonl and turns.jsonl (the N users are 0 … N-1)
+JOIN_INDEX: Final = -1
 
 
 @dataclass(slots=True)
@@ -123,7 +142,16 @@ class Driver:
             return self.origin + max(c.warmup_s, Ramp.parse(c.ramp).duration)
         return None
 
-    def _session(self, index: int, attempt: int, scheduled: float | None) -> LoadSession:
+    def _session(
+        self,
+        index: int,
+        attempt: int,
+        scheduled: float | None,
+        *,
+        stagger: float | None = None,
+        sink: Sink | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> LoadSession:
         p, c = self.plan, self.config
         record = SessionRecord(worker=self.worker, index=index, attempt=attempt)
         record.t_scheduled = scheduled
@@ -132,7 +160,7 @@ class Driver:
             config=p.replay,
             script=p.script,
             record=record,
-            sink=self.recorder,
+            sink=self.recorder if sink is None else sink,
             mix=c.mix,
             rng=random.Random(self.rng.random()),
             appends=self.appends,
@@ -140,13 +168,16 @@ class Driver:
             open_timeout_s=c.open_timeout_s,
             close_timeout_s=c.close_timeout_s,
             api_key=c.api_key,
-            stop=self.stop,
+            stop=self.stop if stop is None else stop,
+            stagger=stagger,
         )
 
     async def run(self) -> dict[str, Any]:
         """Run until the end; returns this worker's own figures (CPU, loop lag, seed)."""
         self.loop_lag.start()
         timer = asyncio.create_task(self._timer())
+        if self.worker == 0 and self.config.joins and self.config.closed_loop:
+            self._spawn(self._joiners())
         try:
             if self.config.closed_loop:
                 await self._closed_loop()
@@ -204,6 +235,8 @@ class Driver:
 
     async def _user(self, i: int, users: int, ramp: Ramp | None) -> None:
         spread = CLOSED_SPREAD_S * i / users if users > 1 and ramp is None else 0.0
+        # --stagger: the user's first session begins at i/N of a pass (module docstring)
+        stagger = self._stagger_of(i)
         if await _sleep_or_stop(self.stop, spread):
             return
         backoff, attempt = BACKOFF_MIN_S, 0
@@ -216,14 +249,51 @@ class Driver:
                 return
             self.started += 1
             attempt += 1
-            session = self._session(i, attempt, time.monotonic())
+            session = self._session(i, attempt, time.monotonic(), stagger=stagger)
             record = await session.run()
+            stagger = None  # only the first: the later sessions start their pass at its start
             if record.admission == "admitted":
                 backoff = BACKOFF_MIN_S
                 continue
             if await _sleep_or_stop(self.stop, backoff * random.uniform(0.5, 1.5)):
                 return
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _stagger_of(self, i: int) -> float | None:
+        """User ``i``'s place in the pass with ``--stagger`` (its global index among every
+        worker's users, so the workers together spread them evenly), else None."""
+        c = self.config
+        if not c.stagger:
+            return None
+        first, step, total = c.user_numbering or (0, 1, int(c.sessions or 0))
+        return ((first + i * step) % total) / total if total > 1 else None
+
+    # -- the joining session -------------------------------------------------------------------
+
+    def steady_at(self) -> float:
+        """When the N users are in steady state (monotonic): after the warm-up, their start
+        spread and one first turn of the script (every user has started and spoken)."""
+        first_turn_s, _ = self.plan.script.first_turn()
+        return self.origin + self.config.warmup_s + CLOSED_SPREAD_S + first_turn_s
+
+    async def _joiners(self) -> None:
+        """The joining sessions, one after the other (module docstring)."""
+        if await _sleep_or_stop(self.stop, self.steady_at() - time.monotonic()):
+            return
+        for k in range(self.config.joins):
+            if self.stop.is_set():
+                return
+            sink = JoinSink(self.recorder)
+            done = asyncio.Event()
+            sink.done = done
+            watch = asyncio.create_task(_first_of(self.stop, done))
+            session = self._session(JOIN_INDEX, k + 1, time.monotonic(), sink=sink, stop=done)
+            try:
+                await session.run()
+            finally:
+                watch.cancel()
+            if await _sleep_or_stop(self.stop, JOIN_GAP_S):
+                return
 
     # -- open loop ----------------------------------------------------------------------------
 
@@ -269,6 +339,47 @@ class Driver:
                 slots.release()
 
 
+async def _first_of(source: asyncio.Event, target: asyncio.Event) -> None:
+    """Set ``target`` when ``source`` is set (a joining session also ends with the run)."""
+    await source.wait()
+    target.set()
+
+
+class JoinSink(Sink):
+    """Where a joining session reports: only its own figures (``join_handshake_ms``, its
+    first turn's ``join_ttfa_ms`` and ``join_turn_ms``) and counts (``join.*``), so the N
+    users' figures, admissions and capacity are theirs alone; its appends' send lag is the
+    generator's own validity and goes to the recorder like any other. ``done`` is set when
+    its first turn is over: the session then closes."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.done: asyncio.Event | None = None
+        self._turned = False
+
+    def send_lag(self, t: float, lag_ms: float) -> None:
+        self.recorder.send_lag(t, lag_ms)
+
+    def session_admitted(self, record: SessionRecord, capabilities: dict[str, Any]) -> None:
+        self.recorder.join_figure(time.monotonic(), "join_handshake_ms", record.handshake_ms)
+
+    def turn(self, record: TurnRecord, times: TurnTimes, session: SessionRecord) -> None:
+        if self._turned:
+            return
+        self._turned = True
+        now = time.monotonic()
+        for name in ("ttfa_ms", "turn_ms"):
+            fig = record.figures.get(name)
+            self.recorder.join_figure(now, f"join_{name}", None if fig is None else fig.value)
+        self.recorder.counts["join.answered"] += int("ttfa_ms" in record.figures)
+        self.recorder.join_turn(record, session)
+        if self.done is not None:
+            self.done.set()
+
+    def session_finished(self, record: SessionRecord) -> None:
+        self.recorder.joined(record)
+
+
 def make_recorder(
     config: LoadConfig, *, origin: float, worker: int = 0, out_dir: Path | None = None
 ) -> Recorder:
@@ -282,6 +393,8 @@ def make_recorder(
         windows=Windows(config.warmup_s, ramp_end),
         worker=worker,
         out_dir=out_dir,
+        thresholds_ms=config.continuity_thresholds_ms,
+        step=config.step,
     )
 
 

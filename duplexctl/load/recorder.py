@@ -30,6 +30,7 @@ import numpy as np
 
 from duplexctl.behaviour.figures import Figures
 from duplexctl.load.session import SessionRecord, Sink
+from duplexctl.report import continuity
 from duplexctl.report.slices import UNFINISHED, TimeSlicer, Windows
 from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import TurnRecord, TurnTimes
@@ -69,8 +70,13 @@ class Recorder(RunTally, Sink):
         windows: Windows | None = None,
         worker: int = 0,
         out_dir: Path | None = None,
+        thresholds_ms: tuple[int, ...] = continuity.DEFAULT_THRESHOLDS_MS,
+        step: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(origin=origin, slice_s=slice_s, windows=windows, worker=worker)
+        # a sweep level's lines say which level (and which try of it) they belong to
+        self._tag: dict[str, int] = {} if step is None else {"level": step[0], "try": step[1]}
+        self.thresholds_ms = thresholds_ms  # the continuity-OK thresholds (--continuity-thresholds)
         # send lags waiting to be folded into the slicer (see send_lag)
         self._lag_t: list[float] = []
         self._lag_v: list[float] = []
@@ -133,7 +139,11 @@ class Recorder(RunTally, Sink):
         self._slicer.add_figure(t, "time_to_reject_ms", record.time_to_reject_ms)
         if record.admission == "admitted":
             self.admitted_live -= 1
-            self._slicer.add_figure(self._clip(record.t_end or t), "close_ms", record.close_ms)
+            end = self._clip(record.t_end or t)
+            self._slicer.add_figure(end, "close_ms", record.close_ms)
+            if self._slicer.phase_of(end) != "warmup":  # like the histograms: after warm-up
+                rtf = continuity.count_session(self.counts, record.continuity)
+                self._slicer.add_figure(end, "session_rtf", rtf)
             self.intervals.append((record.t_created or record.t_start, record.t_closed))
             self.counts["sessions_admitted"] += 1
             self.counts["closed_cleanly"] += int(record.closed_cleanly)
@@ -161,7 +171,9 @@ class Recorder(RunTally, Sink):
 
     def _write_session(self, record: SessionRecord) -> None:
         if self._sessions_file is not None:
-            self._sessions_file.write(json.dumps(record.to_json(self.origin)) + "\n")
+            line = record.to_json(self.origin)
+            line.update(self._tag)
+            self._sessions_file.write(json.dumps(line) + "\n")
 
     @property
     def slicer(self) -> TimeSlicer:
@@ -212,6 +224,10 @@ class Recorder(RunTally, Sink):
                         figures[name] + session.client_queue_ms  # type: ignore[operator]
                     )
         self._slicer.add_turn(t, figures, record.outcome)
+        verdict = continuity.judge(record, self.thresholds_ms)
+        session.continuity.add(record, verdict)
+        if self._slicer.phase_of(t) != "warmup":  # the rates and the percentiles: one window
+            continuity.count(self.counts, verdict)
         if self.seconds is not None:
             self.seconds.turn(figures)
         for a, b in zip(times.deltas, times.deltas[1:], strict=False):
@@ -230,12 +246,14 @@ class Recorder(RunTally, Sink):
             self._live_ttfa.append((t, float(record.figures["ttfa_ms"].value)))
         if self._turns_file is not None:
             line = record.to_json()
+            line["continuity"] = verdict.to_json()  # frame accounting's block goes beside it
             line.update(
                 worker=self.worker,
                 session=session.index,
                 session_id=session.session_id,
                 t=round(t - self.origin, 6),
                 phase=self._slicer.phase_of(t),
+                **self._tag,
             )
             self._turns_file.write(json.dumps(line) + "\n")
 
@@ -253,9 +271,39 @@ class Recorder(RunTally, Sink):
             line: dict[str, Any] = {"worker": self.worker}
             if session is not None:
                 line.update(session=session.index, session_id=session.session_id)
-            line.update(t=round(t - self.origin, 6), phase=self._slicer.phase_of(t))
+            line.update(t=round(t - self.origin, 6), phase=self._slicer.phase_of(t), **self._tag)
             line.update(figures.trials())
             self._behaviour_file.write(json.dumps(line) + "\n")
+
+    # -- the joining session (engine.JoinSink) -------------------------------------------------
+
+    def join_figure(self, t: float, name: str, value: float | None) -> None:
+        """One figure of a joining session (``join_ttfa_ms`` …): its own histogram only."""
+        self._slicer.add_figure(self._clip(t), name, value)
+
+    def join_turn(self, record: TurnRecord, session: SessionRecord) -> None:
+        """A joining session's first turn, as a ``turns.jsonl`` line marked ``join``."""
+        if self._turns_file is not None:
+            line = record.to_json()
+            line.update(
+                worker=self.worker,
+                session=session.index,
+                session_id=session.session_id,
+                join=True,
+                **self._tag,
+            )
+            self._turns_file.write(json.dumps(line) + "\n")
+
+    def joined(self, record: SessionRecord) -> None:
+        """A joining session is over: counted apart from the N users' attempts (``join.*``),
+        written to ``sessions.jsonl`` with its index (-1)."""
+        if record.admission != UNFINISHED:
+            self.counts["join.attempts"] += 1
+            if record.admission == "admitted":
+                self.counts["join.admitted"] += 1
+            else:
+                self.counts[f"join.not_admitted.{record.cause or record.admission}"] += 1
+        self._write_session(record)
 
     def resumed(self, t: float, figures: dict[str, float | None]) -> None:
         """One resume's times (``resume_ms``, ``reconnect_ms``, ``resume_handshake_ms``)."""

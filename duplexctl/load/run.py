@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from duplexctl.errors import ServerUnreachable
+from duplexctl.load import environment
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.dashboard import Dashboard
 from duplexctl.load.engine import make_plan
 from duplexctl.load.interrupts import Interrupts
-from duplexctl.load.search import find_capacity, measure_slot_release
+from duplexctl.load.search import find_capacity, measure_slot_release, run_sweep
 from duplexctl.load.step import run_step
 from duplexctl.report.html.page import command_line
 from duplexctl.report.load_report import (
@@ -134,13 +135,16 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
                 ssl_context=tls_for(url),
             ) as scraper,
         ):
+
+            def mark(level: int, start: float, end: float) -> None:
+                if scraper is not None:
+                    scraper.mark(str(level), start - scraper.origin, end - scraper.origin)
+
+            env = await pinned(config, url, tls_for(url))  # before the first session
             if config.find_capacity:
-
-                def mark(level: int, start: float, end: float) -> None:
-                    if scraper is not None:
-                        scraper.mark(str(level), start - scraper.origin, end - scraper.origin)
-
                 report = await find_capacity(config, url, embedded, irq, on_step=mark)
+            elif config.sweep is not None:
+                report = await run_sweep(config, url, embedded, irq, on_step=mark, out=out)
             else:
                 report = await run_step(config, url, embedded, irq, out=out)
         if feed is not None:
@@ -149,9 +153,15 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
             if never_admitted(report) is None:  # else its one line says the server is away
                 scraper.release_held()
             cap = report.get("capacity_search")
+            stepped = cap or report.get("sweep")  # levels are its windows, not slices
             report["server_metrics"] = section(
-                scraper, slices=[] if cap else slices_of(report), capacity=cap
+                scraper, slices=[] if stepped else slices_of(report), capacity=cap
             )
+        env["host_at_end"] = environment.host()
+        env["server"]["info_metrics"] = environment.info_metrics(
+            scraper.store if scraper is not None else None, scraped=scraper is not None
+        )
+        report["environment"] = env
         if config.no_slot_release and config.find_capacity:
             extra["slot_release"] = {"skipped": "--no-slot-release"}
         elif (config.measure_slot_release or config.find_capacity) and not irq.interrupted:
@@ -161,10 +171,26 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
     return finish(config, report, irq.interrupted, out)
 
 
+async def pinned(config: LoadConfig, url: str, tls: Any) -> dict[str, Any]:
+    """The pinned environment as the run begins (``load/environment.py``): the client, the
+    host now, the server's ``/v1/models`` answer; the end adds the host then and the
+    server's ``*_info`` metrics."""
+    models = await asyncio.to_thread(
+        environment.models, url, api_key=config.api_key, ssl_context=tls
+    )
+    return {
+        "client": environment.client(command_line(sys.argv)),
+        "host_at_start": environment.host(),
+        "server": {"models": models},
+    }
+
+
 def never_admitted(report: dict[str, Any]) -> str | None:
     """One line saying why no session was ever admitted, or None if one was."""
-    cap = report.get("capacity_search")
-    steps = cap["steps"] if cap else [report["admission"]]
+    cap = report.get("capacity_search") or report.get("sweep")
+    steps = (cap.get("steps") or cap.get("levels") or []) if cap else [report["admission"]]
+    if cap and not steps and "admission" not in report:
+        return "no session was admitted: no level was run"
     if any(step.get("admitted", step.get("by_kind", {}).get("admitted", 0)) for step in steps):
         return None
     a = report["admission"]
@@ -191,7 +217,7 @@ def finish(
 
     slos = parse_slos(config.slos)
     code = 0
-    if slos and not config.find_capacity:
+    if slos and not config.find_capacity and config.sweep is None:
         results = evaluate(slos, tally_of(report).headline(), report["scalars"])
         report["slo"] = [r.to_dict() for r in results]
         if not all_passed(results):
@@ -217,6 +243,15 @@ def finish(
         print(
             f"duplexctl: check failed: no level met the capacity criteria (first failure at "
             f"{cap['first_fail']} {cap['unit']}: {cap['fail_reason'] or 'see the steps'})",
+            file=sys.stderr,
+        )
+        code = 1
+    sweep = report.get("sweep")
+    failed_levels = [r for r in (sweep or {}).get("levels", []) if not r["passed"]]
+    if failed_levels and not interrupted:  # a level that failed a criterion is a failed check
+        print(
+            "duplexctl: check failed: "
+            + "; ".join(f"level {r['level']} sessions: {r['reason']}" for r in failed_levels),
             file=sys.stderr,
         )
         code = 1

@@ -14,6 +14,8 @@ base64-encoded once per process by the :class:`AppendCache` each session's runne
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -21,7 +23,7 @@ from typing import Final
 from duplexctl.audio import manifest
 from duplexctl.errors import BadInput
 from duplexctl.scenario.clips import AppendCache, SpokenClip, spoken_clip
-from duplexctl.scenario.model import BargeIn, Pause, Say, Scenario, Wait
+from duplexctl.scenario.model import BargeIn, Pause, Say, Scenario, Silence, Step, Wait
 from duplexctl.scenario.parse import from_audio_files, load_inputs
 
 __all__ = [
@@ -80,6 +82,62 @@ class Script:
     def turns(self) -> int:
         """User turns per pass of the scenario (each say or barge_in opens one)."""
         return sum(isinstance(s, Say | BargeIn) for s in self.scenario.steps)
+
+    def step_seconds(self, step: Step) -> float:
+        """How long one step takes, estimated before the run (as :meth:`first_turn`): a
+        ``say`` to its file's end of speech, a ``pause`` its silence and speech, a
+        ``silence`` its length, a ``wait`` :data:`ANSWER_ALLOWANCE_S`; the rest nothing."""
+        if isinstance(step, Say):
+            return self.clips[step.file].speech_end_ms / 1000
+        if isinstance(step, Pause):
+            clip = self.clips[step.file]
+            return (step.ms + clip.speech_end_ms - clip.speech_start_ms) / 1000
+        if isinstance(step, Silence):
+            return step.ms / 1000
+        if isinstance(step, Wait):
+            return ANSWER_ALLOWANCE_S
+        return 0.0
+
+    def staggered(
+        self, scenario: Scenario, begins: Sequence[str | None], fraction: float
+    ) -> tuple[Scenario, list[str | None]]:
+        """``scenario`` begun at ``fraction`` (0 ≤ f < 1) of one pass (``--stagger``:
+        AIPerf's "virtual history", docs/metrics.md "A steady start").
+
+        A pass is cut into segments at its idle points: the start, and every step after a
+        ``wait`` (the user has heard the answer). The position f × pass falls in segment k,
+        some way into it; a session cannot speak half a turn it did not start, so it is
+        silent for the rest of segment k (a ``silence`` step: the microphone keeps sending
+        silence) and then speaks from segment k+1 on, around to segment k: every turn of the
+        pass once, in the same order, started from elsewhere. ``begins`` (the ``--mix``
+        behaviour each step begins) is rotated with the steps. A position at a segment's
+        very start begins there, without silence.
+        """
+        steps = list(scenario.steps)
+        cuts = [j for j in range(len(steps)) if j == 0 or isinstance(steps[j - 1], Wait)]
+        spans = [
+            sum(self.step_seconds(s) for s in steps[a:b])
+            for a, b in zip(cuts, [*cuts[1:], len(steps)], strict=True)
+        ]
+        total = sum(spans)
+        if total <= 0 or not 0 < fraction < 1:
+            return scenario, list(begins)
+        at = fraction * total
+        k, start = 0, 0.0
+        while k < len(spans) - 1 and start + spans[k] <= at:
+            start += spans[k]
+            k += 1
+        rest_ms = round((start + spans[k] - at) * 1000)
+        first = k if at - start < 1e-9 else (k + 1) % len(cuts)
+        if first == k:
+            rest_ms = 0
+        j = cuts[first]
+        order = steps[j:] + steps[:j]
+        marks = list(begins[j:]) + list(begins[:j]) if begins else []
+        if rest_ms > 0:
+            order.insert(0, Silence(index=0, ms=float(rest_ms)))
+            marks = [None, *marks] if marks else []
+        return dataclasses.replace(scenario, steps=tuple(order)), marks
 
 
 def bundled_scenario() -> Scenario:

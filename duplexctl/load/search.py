@@ -32,6 +32,8 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.client.connection import (
@@ -46,8 +48,9 @@ from duplexctl.load.config import LoadConfig
 from duplexctl.load.engine import make_plan
 from duplexctl.load.interrupts import Interrupts
 from duplexctl.load.step import run_step
+from duplexctl.report import steps as steps_rules
 from duplexctl.report.load_report import tally_of
-from duplexctl.report.slo import SloResult, evaluate, parse_slos
+from duplexctl.report.slo import Slo, SloResult, evaluate, parse_slos
 
 POLL_S: Final = 0.025
 SLOT_RELEASE_LIMIT_S: Final = 45.0
@@ -80,70 +83,17 @@ async def find_capacity(
     rejections_began: int | None = None
     began = time.monotonic()
     while (level := search.next_level()) is not None and not irq.stop.is_set():
-        duration = config.step_duration_s
-        runs: list[dict[str, Any]] = []
-        while True:  # the step's rule: run until it can be judged (module docstring)
-            step_cfg = dataclasses.replace(
-                config,
-                find_capacity=False,
-                sessions=None if open_loop else level,
-                rate=float(level) if open_loop else None,
-                duration_s=duration,
-                count=None,
-                slos=list(config.slos),
-            )
-            started = time.monotonic()
-            live_export.step(level)  # --prometheus-rw: this step's series carry level=...
-            report = await run_step(
-                step_cfg, url, embedded, irq, out=None, title=f"capacity step: {level} {unit}"
-            )
-            if irq.interrupted:
-                break
-            headline = tally_of(report).headline()
-            results = evaluate(slos, headline, report["scalars"])
-            missing = unjudged(report, results)
-            runs.append({"duration_s": duration, "turns": report["turns"]["count"]})
-            tried.append(report)
-            if missing is None or len(runs) > MAX_STEP_EXTENSIONS or _refused(report):
-                break
-            say(
-                f"capacity step {level} {unit}: {missing} in {duration:g} s; "
-                f"running it again for {2 * duration:g} s"
-            )
-            duration *= 2
-        if on_step is not None:
-            on_step(level, started, time.monotonic())
+        step = await judged_step(
+            config, level, url, embedded, irq, slos, "capacity step", unit, tried, on_step,
+            open_loop=open_loop,
+        )  # fmt: skip
         if irq.interrupted:
             break
+        report, results, runs, duration = step.report, step.results, step.runs, step.duration_s
         rejected = report["admission"]["by_kind"].get("rejected_capacity", 0)
-        reasons = []
-        if missing is not None:
-            spans = ", ".join(f"{r['duration_s']:g} s" for r in runs)
-            reasons.append(f"too few turns to judge: {missing} (ran {spans})")
-        if rejected:
-            codes = ", ".join(
-                f"{k.split(':', 1)[1]} {n}"
-                for k, n in report["admission"]["by_code"].items()
-                if k.startswith("rejected_capacity")
-            )
-            reasons.append(f"{rejected} capacity rejections ({codes})")
-            if rejections_began is None or level < rejections_began:
-                rejections_began = level
-        failed = report["admission"]["failed"]
-        if failed:
-            causes = ", ".join(
-                f"{c} {n}"
-                for c, n in report["admission"]["causes"].items()
-                if c != "rejected_capacity"
-            )
-            reasons.append(f"{failed} failed attempts ({causes})")
-        reasons.extend(
-            f"SLO failed: {r.describe()}"
-            for r in results
-            if not r.passed and (missing is None or r.actual is not None)
-        )
-        if report["validity"]["invalid_pacing"]:
-            reasons.append("invalid_pacing (client could not keep real time)")
+        if rejected and (rejections_began is None or level < rejections_began):
+            rejections_began = level
+        reasons = step.reasons
         passed = not reasons
         search.record(level, passed, "; ".join(reasons))
         ttfa = report["figures"].get("ttfa_ms", {})
@@ -199,12 +149,7 @@ async def find_capacity(
         },
         "steps": steps,
         "step_duration_s": config.step_duration_s,
-        "criteria": [
-            *list(config.slos),
-            "no capacity rejections",
-            "no failed attempts",
-            "valid pacing",
-        ],
+        "criteria": steps_rules.criteria(config.slos),
         # the level whose step's figures the report's own sections hold (the answer's)
         "figures_from": figures_from,
         "totals": search_totals(tried, wall),
@@ -213,6 +158,141 @@ async def find_capacity(
     report["capacity_search"]["advertised_limit"] = max(limits) if limits else None
     report["capacity_search"]["answer"] = answer(report["capacity_search"], at_best)
     return report
+
+
+@dataclass(slots=True)
+class JudgedStep:
+    """One step (a capacity level, a sweep level) run until it could be judged."""
+
+    report: dict[str, Any]
+    results: list[SloResult]
+    missing: str | None  # why it could not be judged after every extension, or None
+    runs: list[dict[str, Any]]  # each try: {duration_s, turns}
+    duration_s: float  # the judged try's
+    started: float  # monotonic start of the judged try
+    tried: list[dict[str, Any]] = field(default_factory=list)  # every try's report
+
+    @property
+    def reasons(self) -> list[str]:
+        return steps_rules.reasons(self.report, self.results, self.missing, self.runs)
+
+
+async def judged_step(
+    config: LoadConfig,
+    level: int,
+    url: str,
+    embedded: dict[str, Any] | None,
+    irq: Interrupts,
+    slos: Sequence[Slo],
+    name: str,
+    unit: str,
+    tried_so_far: list[dict[str, Any]],
+    on_step: Callable[[int, float, float], None] | None,
+    *,
+    open_loop: bool = False,
+    out: Path | None = None,
+    **overrides: Any,
+) -> JudgedStep:
+    """Run one step at ``level`` until it can be judged (the module docstring's rule):
+    again for twice as long, at most :data:`MAX_STEP_EXTENSIONS` times, unless it already
+    failed on admission. Every try's report is added to ``tried_so_far`` (the totals);
+    ``on_step(level, start, end)`` follows the step (the server metrics per step).
+    ``overrides``: more fields of the step's config (a sweep's joining sessions)."""
+    what = f"{name} {level} {unit}"
+    title = f"{name}: {level} {unit}"  # the live view's title
+    duration = config.step_duration_s
+    runs: list[dict[str, Any]] = []
+    tried: list[dict[str, Any]] = []
+    while True:
+        step_cfg = dataclasses.replace(
+            config,
+            find_capacity=False,
+            sweep=None,
+            sessions=None if open_loop else level,
+            rate=float(level) if open_loop else None,
+            duration_s=duration,
+            count=None,
+            slos=list(config.slos),
+            **overrides,
+        )
+        step_cfg.step = (level, len(runs) + 1)
+        started = time.monotonic()
+        live_export.step(level)  # --prometheus-rw: this step's series carry level=...
+        report = await run_step(step_cfg, url, embedded, irq, out=out, title=title)
+        results = steps_rules.results_of(report, slos)
+        missing = steps_rules.unjudged(report, results)
+        if not irq.interrupted:
+            runs.append({"duration_s": duration, "turns": report["turns"]["count"]})
+            tried.append(report)
+        done = missing is None or len(runs) > MAX_STEP_EXTENSIONS or steps_rules.refused(report)
+        if irq.interrupted or done:
+            tried_so_far.extend(tried)
+            if on_step is not None:
+                on_step(level, started, time.monotonic())
+            return JudgedStep(report, results, missing, runs, duration, started, tried)
+        say(f"{what}: {missing} in {duration:g} s; running it again for {2 * duration:g} s")
+        duration *= 2
+
+
+async def run_sweep(
+    config: LoadConfig,
+    url: str,
+    embedded: dict[str, Any] | None,
+    irq: Interrupts,
+    on_step: Callable[[int, float, float], None] | None = None,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    """``--sweep``: every level once, in order, no bisection (docs/metrics.md "Level
+    sweep"). Each level is a :func:`judged_step` of N closed-loop sessions with the joining
+    sessions; the report is the last level's, with ``sweep`` first: the per-level table
+    (:mod:`duplexctl.report.sweep`) and every level's tally, so ``duplexctl report``
+    rebuilds the table exactly."""
+    from duplexctl.report import sweep as sweep_report
+
+    assert config.sweep is not None
+    slos = parse_slos(config.slos)
+    rows: list[dict[str, Any]] = []
+    data: list[dict[str, Any]] = []
+    tried: list[dict[str, Any]] = []
+    report: dict[str, Any] = {}
+    began = time.monotonic()
+    for level in config.sweep:
+        if irq.stop.is_set():
+            break
+        step = await judged_step(
+            config, level, url, embedded, irq, slos, "sweep level", "sessions", tried, on_step,
+            out=out, join_samples=config.joins,
+        )  # fmt: skip
+        report = step.report  # interrupted: the partial level's figures, but no row
+        if irq.interrupted:
+            break
+        rows.append(sweep_report.level_row(level, report, config.slos, step.runs))
+        data.append(
+            {
+                "level": level,
+                "recorder": report["recorder"],
+                "wall_s": report["wall_s"],
+                "duration_s": step.duration_s,
+                "workers": report["workers"],
+                "runs": step.runs,
+            }
+        )
+        await asyncio.sleep(STEP_PAUSE_S)
+    section = {
+        "unit": "sessions",
+        "levels": rows,
+        "baseline": sweep_report.baseline(rows),
+        "step_duration_s": config.step_duration_s,
+        "join_samples": config.joins,
+        "stagger": config.stagger,
+        "thresholds_ms": list(config.continuity_thresholds_ms),
+        "criteria": steps_rules.criteria(config.slos),
+        # the level whose figures the report's own sections hold (the last one run)
+        "figures_from": rows[-1]["level"] if rows else None,
+        "totals": search_totals(tried, time.monotonic() - began),
+        "data": data,
+    }
+    return sweep_report.lead(report, section)
 
 
 def search_totals(runs: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any]:
@@ -265,23 +345,6 @@ def answer(cap: dict[str, Any], slo: Sequence[SloResult]) -> str:
         else "; the server advertised no limit"
     )
     return text
-
-
-def unjudged(report: dict[str, Any], results: Sequence[SloResult]) -> str | None:
-    """Why a step cannot be judged yet, or None: it admitted sessions but completed no turn,
-    or an SLO's figure has no sample (``no ttfa_p95 sample``)."""
-    if not report["admission"]["by_kind"].get("admitted"):
-        return None  # nothing was admitted: the rejections judge it, more time will not
-    if not report["turns"]["count"]:
-        return "no turn completed"
-    empty = [r.expr for r in results if r.actual is None]
-    return f"no sample for {', '.join(empty)}" if empty else None
-
-
-def _refused(report: dict[str, Any]) -> bool:
-    """Whether the step already failed on admission: running it longer changes nothing."""
-    adm = report["admission"]
-    return bool(adm["by_kind"].get("rejected_capacity", 0) or adm["failed"])
 
 
 def say(line: str) -> None:

@@ -42,6 +42,7 @@ from duplexctl.client.connection import ConnectionLost, DuplexConnection, OpenFa
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
 from duplexctl.protocol.client_state import Happening, SessionResumed
+from duplexctl.report.continuity import SessionContinuity
 from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig
@@ -105,6 +106,11 @@ class SessionRecord:
     unanswered_turns: int = 0  # turns given up on as no_response (errors no_response)
     behaviours: dict[str, int] = field(default_factory=dict)
     unanswered_interruptions: int = 0
+    # --stagger: the fraction of one pass it began at (docs/metrics.md "A steady start")
+    stagger: float | None = None
+    # what its responses add up to (docs/metrics.md "Audio continuity"); frame accounting's
+    # block goes beside it
+    continuity: SessionContinuity = field(default_factory=SessionContinuity)
 
     def to_json(self, origin: float) -> dict[str, Any]:
         def rel(t: float | None) -> float | None:
@@ -113,6 +119,7 @@ class SessionRecord:
         out = {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
         for key in ("t_scheduled", "t_start", "t_created", "t_closed", "t_end"):
             out[key] = rel(out[key])
+        out["continuity"] = self.continuity.to_json()
         return out
 
 
@@ -211,8 +218,11 @@ class LoadSession:
         close_timeout_s: float = 10.0,
         api_key: str | None = None,
         stop: asyncio.Event | None = None,
+        stagger: float | None = None,
     ) -> None:
         self.url = url
+        # --stagger: this session begins at this fraction of one pass (Script.staggered)
+        self.stagger = stagger
         self.config = config
         self.script = script
         self.record = record
@@ -226,15 +236,20 @@ class LoadSession:
         self.api_key = api_key
         self.stop = stop if stop is not None else asyncio.Event()
         self._unplanned = UnplannedDrops()
+        record.stagger = stagger
 
     def _scenario(self) -> tuple[Scenario, list[str | None]]:
-        """This session's scenario: mix behaviours apply to plain say/wait scripts only."""
+        """This session's scenario: mix behaviours apply to plain say/wait scripts only;
+        ``--stagger`` then begins it elsewhere in the pass."""
         scenario = self.script.scenario
-        if not self.mix.total or not plain_steps(scenario):
-            return scenario, []
-        waits = sum(isinstance(s, Wait) for s in scenario.steps)
-        picks = [self.mix.pick(self.rng.random()) for _ in range(waits)]
-        return with_mix(scenario, picks, self.script.interrupt_path)
+        begins: list[str | None] = []
+        if self.mix.total and plain_steps(scenario):
+            waits = sum(isinstance(s, Wait) for s in scenario.steps)
+            picks = [self.mix.pick(self.rng.random()) for _ in range(waits)]
+            scenario, begins = with_mix(scenario, picks, self.script.interrupt_path)
+        if self.stagger is not None:
+            scenario, begins = self.script.staggered(scenario, begins, self.stagger)
+        return scenario, begins
 
     async def run(self) -> SessionRecord:
         rec = self.record

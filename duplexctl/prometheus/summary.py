@@ -148,15 +148,24 @@ def histogram_percentiles(
     return out, ""
 
 
-def histogram_text(h: Mapping[str, Any], unit: str = "s") -> str:
+def unit_of(name: str) -> str:
+    """A scraped histogram's unit from its name: seconds for ``…_s`` / ``…_seconds``, none
+    for the rest (``vllm_omni:audio_rtf`` is a ratio)."""
+    return "s" if name.endswith(("_s", "_seconds")) else ""
+
+
+def histogram_text(h: Mapping[str, Any], unit: str | None = None) -> str:
     """One scraped histogram in words: ``8 observations, mean 0.3 s, p50–p99 in (0.25, 0.5]
-    s`` (the percentiles that share a bucket said once), or its note."""
+    s`` (the percentiles that share a bucket said once), or its note. ``unit``: by default
+    the one its name says (:func:`unit_of`)."""
+    unit = unit_of(str(h.get("name", "_s"))) if unit is None else unit
+    unit = f" {unit}" if unit else ""
     count = h.get("count") or 0
     parts = [f"{count:g} observation{'s' if count != 1 else ''}"]
     if not count:
         return parts[0]
     if h.get("mean") is not None:
-        parts.append(f"mean {h['mean']:.3g} {unit}")
+        parts.append(f"mean {h['mean']:.3g}{unit}")
     bounds = [(f"p{p:g}", h.get(f"p{p:g}")) for p in PERCENTILES]
     if all(isinstance(b, Mapping) for _k, b in bounds):
         groups: list[tuple[list[str], Mapping[str, Any]]] = []
@@ -168,11 +177,11 @@ def histogram_text(h: Mapping[str, Any], unit: str = "s") -> str:
         for keys, b in groups:
             name = keys[0] if len(keys) == 1 else f"{keys[0]}–{keys[-1]}"
             if b["low"] == b["high"] == 0:
-                parts.append(f"{name} 0 {unit}")
+                parts.append(f"{name} 0{unit}")
             elif b["high"] is None:
-                parts.append(f"{name} above {b['low']:g} {unit}")
+                parts.append(f"{name} above {b['low']:g}{unit}")
             else:
-                parts.append(f"{name} in ({b['low']:g}, {b['high']:g}] {unit}")
+                parts.append(f"{name} in ({b['low']:g}, {b['high']:g}]{unit}")
     text = ", ".join(parts)
     return f"{text} ({h['note']})" if h.get("note") else text
 
@@ -271,6 +280,51 @@ class Summariser:
         return out
 
 
+#: vLLM-Omni's audio continuity families (docs/metrics.md "Audio continuity")
+AUDIO_UNDERRUN: Final = "vllm_omni:audio_underrun_s"
+AUDIO_CONTINUITY_OK: Final = "vllm_omni:audio_continuity_ok"
+AUDIO_RTF: Final = "vllm_omni:audio_rtf"
+
+
+def audio_continuity(
+    histograms: Sequence[Mapping[str, Any]], counters: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The server's own continuity figures over a window, beside the client's: its
+    ``audio_underrun_s`` and ``audio_rtf`` histograms (count, mean, the percentiles' buckets;
+    several label sets — stages, replicas — added: count and mean only), the
+    ``audio_continuity_ok_total`` delta per ``threshold_ms`` and the OK rate it gives over the
+    underrun's count (the responses it measured). None when the server exposes none of them."""
+
+    def combined(name: str) -> dict[str, Any] | None:
+        found = [h for h in histograms if h["name"] == name]
+        if not found:
+            return None
+        if len(found) == 1:
+            h = found[0]
+            return {k: h.get(k) for k in ("count", "sum", "mean", "p50", "p90", "p99", "note")}
+        count = sum(h["count"] or 0 for h in found)
+        total = sum(h["sum"] or 0 for h in found)
+        return {"count": count, "sum": total, "mean": total / count if count else None,
+                "p50": None, "p90": None, "p99": None,
+                "note": f"{len(found)} label sets added: count and mean only"}  # fmt: skip
+
+    ok: dict[str, float] = {}
+    for c in counters:
+        if c["name"] in (AUDIO_CONTINUITY_OK, AUDIO_CONTINUITY_OK + "_total"):
+            t = str(c["labels"].get("threshold_ms", "?"))
+            ok[t] = ok.get(t, 0.0) + c["delta"]
+    underrun, rtf = combined(AUDIO_UNDERRUN), combined(AUDIO_RTF)
+    if underrun is None and rtf is None and not ok:
+        return None
+    measured = underrun["count"] if underrun else 0
+    return {
+        "audio_underrun_s": underrun,
+        "continuity_ok": ok,
+        "continuity_ok_rate": {t: (n / measured if measured else None) for t, n in ok.items()},
+        "audio_rtf": rtf,
+    }
+
+
 def summarise(
     store: Store,
     *,
@@ -291,18 +345,27 @@ def summarise(
             {**e, "scrapes": ok, "failures": failed, "warning": (warnings or {}).get(e["url"])}
         )
     steps = [
-        {"label": label, "t0": a, "t1": b, "key": s.key(a, b), "gauges": s.gauges(a, b)}
+        {
+            "label": label,
+            "t0": a,
+            "t1": b,
+            "key": s.key(a, b),
+            "gauges": s.gauges(a, b),
+            "audio": audio_continuity(s.histograms(a, b), s.counters(a, b)),
+        }
         for label, a, b in store.windows
     ]
+    histograms, counters = s.histograms(t0, t1), s.counters(t0, t1)
     return {
         "clock": "seconds since the run started (the clock of the report's slices)",
         "interval_s": interval_s,
         "endpoints": eps,
         "window": {"t0": t0, "t1": t1},
         "key": s.key(t0, t1),
-        "counters": s.counters(t0, t1),
+        "counters": counters,
         "gauges": s.gauges(t0, t1),
-        "histograms": s.histograms(t0, t1),
+        "histograms": histograms,
+        "audio": audio_continuity(histograms, counters),
         "slices": [
             {"start_s": a, "end_s": b, "key": s.key(a, b), "gauges": s.gauges(a, b)}
             for a, b in slices

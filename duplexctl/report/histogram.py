@@ -50,7 +50,7 @@ SUMMARY_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
 P99_MIN_N = 100
 
 #: Metrics recorded at ``RATIO_SCALE``; everything else at ``MS_SCALE`` (three decimals).
-RATIO_METRICS: frozenset[str] = frozenset({"rtf", "rtf_omni", "audio_throughput"})
+RATIO_METRICS: frozenset[str] = frozenset({"rtf", "rtf_omni", "audio_throughput", "session_rtf"})
 
 #: Separates the non-negative blob from the negative-magnitude blob in ``encode()``. Not in
 #: the base64 alphabet, so it cannot occur inside a blob.

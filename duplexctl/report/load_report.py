@@ -34,6 +34,7 @@ from typing import Any, Final, TextIO
 
 from duplexctl import __version__
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
+from duplexctl.report import continuity
 from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
 from duplexctl.report.tally import RunTally
@@ -52,6 +53,12 @@ SESSION_ORIGINS: Final = {
     "turn_with_queue_ms": "turn_ms + client_queue_ms (first turn of each session)",
     "rtf_omni": ORIGINS["rtf_vllm_omni"],
     "chunk_gap_ms": "recv audio delta - recv previous audio delta of the same response, every gap",
+    "session_rtf": "mean of the session's responses' rtf_vllm_omni (vLLM-Omni's duplex session "
+    "rtf), one sample per session with an audio response",
+    "join_ttfa_ms": "ttfa_ms of the first turn of the session that joins N sessions in steady "
+    "state (--sweep)",
+    "join_handshake_ms": "handshake_ms of the joining session (--sweep)",
+    "join_turn_ms": "turn_ms of the joining session's first turn (--sweep)",
 }
 
 
@@ -231,6 +238,7 @@ def build_report(
         "resume_failures": float(counts["resume_failures"]),
         "client_cpu_percent": cpu,
         **behaviour_rates(counts),
+        **continuity.scalars(counts),
     }
     figures = {
         name: {**hist.to_dict(), "measurement_origin": origin_of(name)}
@@ -310,6 +318,7 @@ def build_report(
             },
             **behaviour_rates(counts),
         },
+        "continuity": continuity.section(counts, headline),
         "errors": dict(tally.errors),
         "violations": dict(tally.violations),
         "validity": {
@@ -468,6 +477,16 @@ def lead_lines(report: Mapping[str, Any]) -> list[str]:
     cluster = report.get("cluster")
     if cluster:
         lines.append(f"ran on Ray: {cluster_text(cluster)}")
+    sweep = report.get("sweep")
+    if sweep:  # the sweep's per-level table comes first (docs/report.md)
+        from duplexctl.report.sweep import lines as sweep_lines
+
+        lines.extend(sweep_lines(sweep))
+        if sweep.get("figures_from") is not None:
+            lines.append(
+                f"the level at {sweep['figures_from']} sessions "
+                "(every figure below is that level's own):"
+            )
     cap = report.get("capacity_search")
     if cap:
         lines.extend(capacity_lines(cap))
@@ -545,6 +564,7 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
                 f"p99 {p99} (n={f['n']})"
             )
     lines.extend(behaviour_lines(report.get("behaviour") or {}))
+    lines.extend(continuity.lines(report.get("continuity") or {}, server_audio(report)))
     if report.get("errors"):
         lines.append("errors: " + ", ".join(f"{k} {n}" for k, n in report["errors"].items()))
     if report.get("violations"):
@@ -566,7 +586,9 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
         lines.append(f"time slices: {slicing['note']}")
     if not cap:
         lines.extend(slot_release_lines(report))
-    at = f" at {cap['figures_from']} {cap.get('unit', 'sessions')}" if cap else ""
+    lines.extend(environment_lines(report.get("environment")))
+    stepped = cap or report.get("sweep")
+    at = f" at {stepped['figures_from']} {stepped.get('unit', 'sessions')}" if stepped else ""
     for res in report.get("slo", []):
         verdict = "PASS" if res["passed"] else "FAIL"
         actual = "no samples" if res["actual"] is None else format_value(res["actual"])
@@ -575,6 +597,60 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
             + (f" (n={res['n']})" if res.get("n") else "")
         )
     return lines
+
+
+def server_audio(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The server's own continuity figures over the same window as the report's own
+    sections: the whole run, or — a sweep, a capacity search — the step whose figures they
+    are (``server_metrics.steps``, by level)."""
+    section = report.get("server_metrics") or {}
+    stepped = report.get("sweep") or report.get("capacity_search")
+    if not stepped:
+        return section.get("audio")
+    label = str(stepped.get("figures_from"))
+    step = next((st for st in section.get("steps", []) if str(st.get("label")) == label), None)
+    return None if step is None else step.get("audio")
+
+
+def environment_lines(env: Mapping[str, Any] | None) -> list[str]:
+    """The pinned environment in two lines (docs/report.md): the client and its host, the
+    server's identity; each part that could not be had says why."""
+    if not env:
+        return []
+    c, start, end = env.get("client") or {}, env.get("host_at_start") or {}, env.get("host_at_end")
+    load = start.get("load_avg")
+    line = (
+        f"environment: duplexctl {c.get('duplexctl', '?')} (Python {c.get('python', '?')}), "
+        f"host {start.get('cpu_count', '?')} CPUs, load average "
+        + ("not available" if load is None else f"{load[0]:g}")
+    )
+    if end and end.get("load_avg") is not None and load is not None:
+        line += f" at the start, {end['load_avg'][0]:g} at the end"
+    out = [line]
+    server = env.get("server") or {}
+    models = server.get("models") or {}
+    if "answer" in models:
+        data = (models["answer"] or {}).get("data") if isinstance(models["answer"], dict) else None
+        ids = ", ".join(
+            f"{m.get('id')}"
+            + (f" (max_model_len {m['max_model_len']})" if m.get("max_model_len") else "")
+            for m in (data or [])
+            if isinstance(m, Mapping)
+        )
+        text = f"server: /v1/models {ids or 'answered no model'}"
+    else:
+        text = f"server: /v1/models not answered ({models.get('error', 'not asked')})"
+    info = server.get("info_metrics") or {}
+    families = info.get("families") or []
+    if families:
+        text += "; " + ", ".join(
+            f"{f['name']}{{{','.join(f'{k}={v}' for k, v in sorted(f['labels'].items()))}}}"
+            for f in families
+        )
+    elif info:
+        text += f"; info metrics: none ({info.get('note') or 'none exposed'})"
+    out.append(text)
+    return out
 
 
 def slot_release_lines(report: Mapping[str, Any]) -> list[str]:
@@ -604,7 +680,7 @@ def measured_nothing(report: Mapping[str, Any]) -> str | None:
     was measured: every latency figure is empty), with how long a turn of its inputs takes
     (``first_turn``, estimated before the run); None when a turn completed, no session was
     admitted (its own line says why), or for a capacity search (each step says it)."""
-    if report.get("capacity_search") or report.get("turns", {}).get("count"):
+    if report.get("capacity_search") or report.get("sweep") or report.get("turns", {}).get("count"):
         return None
     if not report.get("admission", {}).get("by_kind", {}).get("admitted"):
         return None

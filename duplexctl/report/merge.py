@@ -57,8 +57,24 @@ def merge_reports(docs: Sequence[dict[str, Any]], *, sources: Sequence[str] = ()
     if not docs:
         raise BadInput("nothing to merge")
     first = docs[0]
+    if any(doc.get("sweep") for doc in docs):  # a level sweep: its table, level by level
+        from duplexctl.report import sweep
+
+        try:
+            levels = sweep.merge(docs, sources or [f"run {i + 1}" for i in range(len(docs))])
+        except ValueError as exc:
+            raise BadInput(f"cannot merge: {exc}") from None
+        base = dict(first) if len(docs) == 1 else _merged(docs, sources)
+        base["sweep"] = levels if len(docs) > 1 else dict(first["sweep"])
+        return sweep.rebuild(base)
     if len(docs) == 1:
         return dict(first)
+    return _merged(docs, sources)
+
+
+def _merged(docs: Sequence[dict[str, Any]], sources: Sequence[str]) -> dict[str, Any]:
+    """Several runs' tallies added into one report (the module docstring's rules)."""
+    first = docs[0]
     merged = tally_of(first)
     for src, doc in zip(sources or [""] * len(docs), docs, strict=False):
         if doc is first:

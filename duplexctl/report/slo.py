@@ -46,11 +46,16 @@ HISTOGRAM_METRICS_IN_ORDER: tuple[str, ...] = (
     "rtf_omni",
     "chunk_gap_ms",
     "stall_ms",
+    "audio_underrun_ms",
+    "session_rtf",
     "cancel_ack_ms",
     "audio_stop_ms",
     "leaked_audio_ms",
     "heard_stop_ms",
     "post_interrupt_ttfa_ms",
+    "join_ttfa_ms",
+    "join_handshake_ms",
+    "join_turn_ms",
     "stop_latency_ms",
     "response_gap_ms",
     "resume_ms",
@@ -96,8 +101,22 @@ SCALAR_METRICS: frozenset[str] = frozenset(
         "takeover_rate",
         "no_response_rate",
         "backchannels_per_min",
+        # audio continuity (report/continuity.py): the OK rate at each default threshold (any
+        # other --continuity-thresholds value T is continuity_ok_rate_T), sessions with RTF < 1
+        "continuity_ok_rate_50",
+        "continuity_ok_rate_100",
+        "continuity_ok_rate_200",
+        "session_rtf_below_1_rate",
     }
 )
+#: the OK rate at any continuity threshold (``continuity_ok_rate_<T>``, T in ms)
+CONTINUITY_RATE = re.compile(r"^continuity_ok_rate_\d+$")
+
+
+def known_scalar(name: str) -> bool:
+    """A run-level figure an SLO may name: :data:`SCALAR_METRICS` or a continuity OK rate."""
+    return name in SCALAR_METRICS or CONTINUITY_RATE.match(name) is not None
+
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -239,13 +258,13 @@ def parse_slo(
     hists = None if histogram_metrics is None else frozenset(histogram_metrics)
     scalars = None if scalar_metrics is None else frozenset(scalar_metrics)
     stat_match = _STAT.match(lhs)
-    is_scalar = (scalars is not None and lhs in scalars) or stat_match is None
+    listed = scalars is not None and (lhs in scalars or CONTINUITY_RATE.match(lhs) is not None)
+    is_scalar = listed or stat_match is None
     if is_scalar:
         metric, stat = lhs, None
         base, _, tail = lhs.rpartition("_")
-        known_scalar = scalars is not None and lhs in scalars
         if (
-            not known_scalar
+            not listed
             and hists is not None
             and base
             and any(c in hists for c in _histogram_candidates(base))
@@ -254,7 +273,7 @@ def parse_slo(
                 f"{where}: unknown statistic {tail!r} of {base} "
                 "(use p50, p90, p95, p99, pNN, max, mean or min)"
             )
-        if scalars is not None and metric not in scalars:
+        if scalars is not None and not listed:
             known = "" if hists is None else f"histograms: {_short(hists)}; "
             raise ValueError(
                 f"{where}: unknown metric {metric!r} ({known}stats: p50, p90, p95, p99, "
@@ -275,7 +294,7 @@ def parse_slo(
         if unit == "s":
             threshold *= 1000.0
     elif unit == "%":
-        if stat is not None or not metric.endswith("_rate"):
+        if stat is not None or not (metric.endswith("_rate") or CONTINUITY_RATE.match(metric)):
             raise ValueError(f"{where}: % applies to rates (…_rate), not to {lhs}")
         threshold /= 100.0
     return Slo(expr=text, metric=metric, stat=stat, op=op, threshold=threshold, unit=unit)
@@ -323,7 +342,7 @@ def _unknown(slo: Slo, hists: HistogramSet, values: Mapping[str, Any]) -> ValueE
 def _evaluate_scalar(
     slo: Slo, values: Mapping[str, float | None], hists: HistogramSet
 ) -> SloResult:
-    if slo.metric not in values and slo.metric not in SCALAR_METRICS:
+    if slo.metric not in values and not known_scalar(slo.metric):
         raise _unknown(slo, hists, values)
     actual = values.get(slo.metric)
     if actual is None:

@@ -36,6 +36,9 @@ ORIGINS: Final[dict[str, str]] = {
     "(n, p50, p95, p99, max)",
     "underruns": "audio chunks that arrived after the playback clock needed them",
     "stall_ms": "silence the playback clock inserted while waiting for late chunks",
+    "audio_underrun_ms": "vLLM-Omni's audio_underrun: worst (recv chunk - recv first chunk - "
+    "audio received before it) of the chunks the playback clock played, as ms; 0 when none "
+    "was late",
     "heard_ms": "position of the response the playback clock reached (flushed on a stop signal)",
     "cancel_ack_ms": "recv response.done (status cancelled) - t_bi (send of the first "
     "interrupting speech append, or of response.cancel / barge_in)",
@@ -141,6 +144,8 @@ class TurnTimes:
     playback_end: int | None = None
     underruns: int = 0
     stall_ms: float = 0.0
+    # vLLM-Omni's worst deficit (audio/playback.py); None where no simulated clock measured it
+    audio_underrun_ms: float | None = None
     heard_ms: float | None = None
     barge: BargeTimes | None = None
     resumes: list[ResumeTimes] = field(default_factory=list)
@@ -265,6 +270,9 @@ def compute_turn(t: TurnTimes, turns_by_index: dict[int, TurnTimes] | None = Non
         figs["stall_ms"] = round(t.stall_ms, 3)
         if t.heard_ms is not None:
             figs["heard_ms"] = round(t.heard_ms, 3)
+        # continuity is measured on what was played: not for an answer cut before it played
+        if t.audio_underrun_ms is not None and (t.heard_ms is None or t.heard_ms > 0):
+            figs["audio_underrun_ms"] = round(t.audio_underrun_ms, 3)
 
     if t.barge is not None:
         t_bi = t.barge.t_bi

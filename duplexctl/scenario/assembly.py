@@ -180,6 +180,7 @@ class TurnAssembly:
             end = clock.end_time()
             t.playback_end = int(end * NS_PER_S) if end is not None else None
             t.underruns, t.stall_ms = clock.underruns, clock.stall_ms
+            t.audio_underrun_ms = clock.audio_underrun_ms
             t.heard_ms = clock.heard_ms if play.flushed else clock.played_ms(now_ns() / NS_PER_S)
         for _, r in run.resumes:
             if r.times in t.resumes:

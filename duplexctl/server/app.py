@@ -1,7 +1,8 @@
 """The websockets server: routes, ``/health`` and ``/ready``, start/stop and ``run``.
 
 Routes follow vLLM-Omni (docs/protocol.md §1.1): ``/v1/realtime`` and its alias ``/v1/duplex`` speak
-the duplex protocol; ``/health`` answers like 0.30.0; ``/ready`` is answered too because
+the duplex protocol; ``/health`` answers like 0.30.0, ``/v1/models`` like vLLM's OpenAI server
+(what a load report pins as the server's identity); ``/ready`` is answered too because
 other versions (and orchestrators) probe it. ``max_size`` is the ASGI server's 16 MiB message
 limit: a larger frame is closed with 1009 by the websocket layer before the handler sees it,
 exactly the frame-size ladder observed on the real server.
@@ -13,6 +14,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
@@ -58,13 +60,39 @@ def _metrics_response(metrics: ServerMetrics, request: Request) -> Response:
     return Response(HTTPStatus.OK.value, HTTPStatus.OK.phrase, headers, body)
 
 
+def models_answer(config: ServerConfig) -> dict[str, Any]:
+    """``GET /v1/models`` as vLLM's OpenAI server answers it (``ModelList``): the one model
+    served, owned by "vllm", with its context length."""
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": config.served_model,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "vllm",
+                "root": config.served_model,
+                "parent": None,
+                "max_model_len": 4096,
+                "permission": [],
+            }
+        ],
+    }
+
+
 def _process_request(
-    connection: ServerConnection, request: Request, *, metrics: ServerMetrics | None = None
+    connection: ServerConnection,
+    request: Request,
+    *,
+    metrics: ServerMetrics | None = None,
+    config: ServerConfig | None = None,
 ) -> Response | None:
     """Answer plain HTTP routes; let only the two duplex paths upgrade."""
     path = request.path.split("?", 1)[0]
     if path == "/metrics" and metrics is not None:
         return _metrics_response(metrics, request)
+    if path == "/v1/models" and config is not None:
+        return _json_response(HTTPStatus.OK, models_answer(config))
     if path == "/health":
         return _json_response(HTTPStatus.OK, {"status": "healthy"})
     if path == "/ready":
@@ -124,7 +152,7 @@ async def start_server(config: ServerConfig, *, engine: Engine | None = None) ->
         config.port,
         compression=None,
         max_size=config.ws_max_size,
-        process_request=partial(_process_request, metrics=metrics),
+        process_request=partial(_process_request, metrics=metrics, config=config),
         # the read loop owns receive timeouts; keepalive pings are the library default
     )
     registry.start_reaper()

@@ -21,6 +21,14 @@ audio (submission → first unit computed, the same instant here: the model has 
 queue time (the time its units waited for slots), end-to-end latency (submission → last
 unit). Gauges are read at scrape time, so they are exact at that instant.
 
+The audio continuity families are vLLM-Omni's (``vllm_omni/metrics/modality.py``), with its
+arithmetic (:class:`~duplexctl.audio.playback.WorstDeficit`) on the instants the server
+releases a reply's units, relative to the reply's submission: ``audio_underrun_s`` (the
+worst deficit of a player starting at the first unit), ``audio_continuity_ok_total
+{threshold_ms="100"}`` (vLLM-Omni's one default threshold) and ``audio_rtf`` (submission →
+last unit over the audio released). So ``serve --realtime-factor 1.5`` shows the underrun the
+client measures, less the network. ``duplexctl:build_info`` names the version serving.
+
 Each server has its own ``CollectorRegistry`` (not prometheus_client's process-wide one), so
 two servers in one process (tests, the embedded server) never share a series.
 """
@@ -30,10 +38,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
+from duplexctl import __version__
+from duplexctl.audio.playback import WorstDeficit
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.registry import Registry
 
@@ -50,6 +60,14 @@ REQUEST_LATENCY_BUCKETS: Final = (
 OMNI_SECONDS_BUCKETS: Final = (
     0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
 )  # fmt: skip
+
+#: vLLM-Omni 0.30 ``SECONDS_FAST_BUCKETS`` (audio underrun) and ``RTF_BUCKETS``
+OMNI_FAST_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+)  # fmt: skip
+OMNI_RTF_BUCKETS: Final = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0, 10.0)
+#: vLLM-Omni's ``AUDIO_CONTINUITY_DEFAULT_THRESHOLD_S``, as its counter's label
+CONTINUITY_THRESHOLD_MS: Final = 100
 
 #: vLLM-Omni's stat logger replaces vLLM's ``engine`` label with ``stage`` + ``replica``
 #: (vllm_omni/metrics/stat_logger.py); the simulated model is one stage, one replica.
@@ -96,6 +114,35 @@ class ServerMetrics:
             buckets=OMNI_SECONDS_BUCKETS,
             registry=self.prom,
         ).labels(model, STAGE, REPLICA)
+        self._rtf = Histogram(
+            "vllm_omni:audio_rtf",
+            "Audio real-time factor (stage_gen_time_s / audio_duration_s); streaming TTS "
+            "requires < 1.",
+            ("model_name", "stage", "replica"),
+            buckets=OMNI_RTF_BUCKETS,
+            registry=self.prom,
+        ).labels(model, STAGE, REPLICA)
+        self._underrun = Histogram(
+            "vllm_omni:audio_underrun_s",
+            "Per-request worst-case player-deficit in seconds (max time the player ran out of "
+            "buffered audio). > 0 indicates listener experienced silent gaps.",
+            ("model_name", "stage", "replica"),
+            buckets=OMNI_FAST_BUCKETS,
+            registry=self.prom,
+        ).labels(model, STAGE, REPLICA)
+        self._continuity_ok = Counter(
+            "vllm_omni:audio_continuity_ok",
+            "Incremented when the request's worst underrun stayed below threshold_ms. Pair "
+            "with requests_success_total to compute streaming-continuity health rate.",
+            ("model_name", "stage", "replica", "threshold_ms"),
+            registry=self.prom,
+        ).labels(model, STAGE, REPLICA, str(CONTINUITY_THRESHOLD_MS))
+        Gauge(
+            "duplexctl:build_info",
+            "The duplexctl version serving (value 1).",
+            ("version",),
+            registry=self.prom,
+        ).labels(__version__).set(1)
         self._finished: dict[str, int] = {}
         self.prom.register(_StateCollector(self))
         if gpu is not None:
@@ -112,6 +159,17 @@ class ServerMetrics:
         if reason == "stop":
             self._e2e.observe(e2e_s)
         self._finished[reason] = self._finished.get(reason, 0) + 1
+
+    def audio_finished(self, submitted_at: float, sent: list[tuple[float, float]]) -> None:
+        """A reply's units as released: vLLM-Omni's continuity and RTF (module docstring)."""
+        deficit = WorstDeficit()
+        for at, ms in sent:
+            deficit.add(at, ms)
+        self._underrun.observe(deficit.worst_ms / 1000.0)
+        if deficit.worst_ms <= CONTINUITY_THRESHOLD_MS:
+            self._continuity_ok.inc()
+        if deficit.received_ms > 0:
+            self._rtf.observe((sent[-1][0] - submitted_at) * 1000.0 / deficit.received_ms)
 
     # -- exposition ---------------------------------------------------------------------------
 

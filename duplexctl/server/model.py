@@ -52,6 +52,8 @@ class RequestObserver(Protocol):
 
     def first_output(self, seconds: float) -> None: ...
     def finished(self, queue_s: float, e2e_s: float, reason: str) -> None: ...
+    def audio_finished(self, submitted_at: float, sent: list[tuple[float, float]]) -> None:
+        """The reply's units as released: (monotonic s, audio ms) each, in order."""
 
 
 class SimulatedGpu:
@@ -247,6 +249,7 @@ class SimulatedModel:
         period = self.chunk_period_s()
         observer = gpu.observer
         queued_ms = 0.0
+        sent: list[tuple[float, float]] = []  # (released at, audio ms): the server's continuity
         reason = "abort"  # unless every unit is yielded: the reply was cut or its session ended
         gpu.replies += 1  # running from its submission: the time to first audio is its prefill
         try:
@@ -264,6 +267,7 @@ class SimulatedModel:
                     await asyncio.sleep(max(0.0, first_at + index * period - loop_time()))
                 chunk = audio[index * step : (index + 1) * step]
                 end = min(total, (index + 1) * step)
+                sent.append((loop_time(), chunk.size * 1000 / OUTPUT_RATE))
                 yield OutputChunk(
                     index=index,
                     samples=chunk,
@@ -275,3 +279,5 @@ class SimulatedModel:
             gpu.replies -= 1
             if observer is not None:
                 observer.finished(queued_ms / 1000.0, loop_time() - submitted_at, reason)
+                if sent:
+                    observer.audio_finished(submitted_at, sent)

@@ -16,9 +16,10 @@ from typing import Any, Final
 import numpy as np
 
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
+from duplexctl.report.histogram import RATIO_METRICS
 from duplexctl.report.html import charts, page
 from duplexctl.report.html import server_metrics as sm
-from duplexctl.report.load_report import measured_nothing, tally_of
+from duplexctl.report.load_report import measured_nothing, server_audio, tally_of
 from duplexctl.report.slices import run_span_s
 from duplexctl.report.slo import parse_slo
 
@@ -26,6 +27,8 @@ from duplexctl.report.slo import parse_slo
 CURVE_GROUPS: Final = (
     ("Latency to the answer", ("ttfa_ms", "ttft_ms", "first_audible_ms", "turn_ms")),
     ("Where the time goes", ("ttfa_commit_ms", "ttfa_created_ms", "chunk_gap_ms", "stall_ms")),
+    ("Audio continuity: vLLM-Omni's worst underrun per response", ("audio_underrun_ms",)),
+    ("The joining session (N + 1)", ("join_ttfa_ms", "join_handshake_ms", "join_turn_ms")),
     (
         "Barge-in and interruption",
         (
@@ -69,9 +72,107 @@ SLICE_PANELS: Final = (
 )
 
 
+#: the level sweep's curves against the offered level: (title, series, unit); each series is
+#: a field of :func:`sweep_rows`
+SWEEP_PANELS: Final = (
+    (
+        "time to first audio: the N sessions, the joining session, the N = 1 baseline (ms)",
+        ("ttfa p50", "ttfa p95", "join ttfa p50", "join ttfa p95", "N = 1 ttfa p50"),
+        "ms",
+    ),
+    ("vLLM-Omni's worst underrun per response (ms)", ("underrun p50", "underrun p95", "underrun max"), "ms"),
+    ("continuity OK rate at each threshold", (), "fraction"),  # the thresholds' series
+    ("sessions with RTF < 1", ("RTF < 1 share",), "fraction"),
+    ("session real-time factor", ("session RTF p50", "session RTF p95"), "RTF"),
+    ("takeover rate", ("takeover rate",), "fraction"),
+    (
+        "stop latency and response gap (ms)",
+        ("stop latency p50", "stop latency p95", "response gap p50", "response gap p95"),
+        "ms",
+    ),
+    ("the server's own: vllm_omni:audio_underrun_s mean (ms)", ("server underrun mean",), "ms"),
+    ("the server's own: continuity OK rate (vllm_omni:audio_continuity_ok)", (), "fraction"),
+)  # fmt: skip
+
+
+def _stat(stats: Mapping[str, Any] | None, key: str) -> float | None:
+    return None if not stats else stats.get(key)
+
+
+def sweep_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per level of a sweep, flat, for the curves: the table's figures and the
+    server's own per level (``server_metrics.steps``, by level)."""
+    sweep = report.get("sweep") or {}
+    base = _stat((sweep.get("baseline") or {}).get("ttfa_ms"), "p50")
+    steps = {
+        str(st.get("label")): st.get("audio") or {}
+        for st in (report.get("server_metrics") or {}).get("steps", [])
+    }
+    rows = []
+    for r in sweep.get("levels", []):
+        cont, beh, join = r["continuity"], r["behaviour"], r["join"]
+        row: dict[str, Any] = {
+            "level": r["level"],
+            "ttfa p50": _stat(r["ttfa_ms"], "p50"),
+            "ttfa p95": _stat(r["ttfa_ms"], "p95"),
+            "join ttfa p50": _stat(join["join_ttfa_ms"], "p50"),
+            "join ttfa p95": _stat(join["join_ttfa_ms"], "p95"),
+            "N = 1 ttfa p50": base,
+            "underrun p50": _stat(cont["audio_underrun_ms"], "p50"),
+            "underrun p95": _stat(cont["audio_underrun_ms"], "p95"),
+            "underrun max": _stat(cont["audio_underrun_ms"], "max"),
+            "RTF < 1 share": cont["session_rtf_below_1_rate"],
+            "session RTF p50": _stat(cont["session_rtf"], "p50"),
+            "session RTF p95": _stat(cont["session_rtf"], "p95"),
+            "takeover rate": beh["takeover_rate"],
+            "stop latency p50": _stat(beh["stop_latency_ms"], "p50"),
+            "stop latency p95": _stat(beh["stop_latency_ms"], "p95"),
+            "response gap p50": _stat(beh["response_gap_ms"], "p50"),
+            "response gap p95": _stat(beh["response_gap_ms"], "p95"),
+        }
+        for t, rate in cont["ok_rate"].items():
+            row[f"OK at {t} ms"] = rate
+        server = steps.get(str(r["level"])) or {}
+        under = server.get("audio_underrun_s") or {}
+        if under.get("mean") is not None:
+            row["server underrun mean"] = under["mean"] * 1000.0
+        for t, rate in (server.get("continuity_ok_rate") or {}).items():
+            row[f"server OK at {t} ms"] = rate
+        rows.append(row)
+    return rows
+
+
+def sweep_chart(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The sweep's figures as curves against the offered level (none: fewer than two
+    levels, a sentence says so)."""
+    rows = sweep_rows(report)
+    if len(rows) < charts.MIN_POINTS:
+        return None
+    ok = sorted({k for r in rows for k in r if k.startswith("OK at ")}, key=_threshold)
+    server_ok = sorted(
+        {k for r in rows for k in r if k.startswith("server OK at ")}, key=_threshold
+    )
+    panels: list[tuple[str, tuple[str, ...], str]] = []
+    for title, named, unit in SWEEP_PANELS:
+        fields: tuple[str, ...] = named
+        if title.startswith("continuity OK rate"):
+            fields = tuple(ok)
+        elif "audio_continuity_ok" in title:
+            fields = tuple(server_ok)
+        panels.append((title, fields, unit))
+    return charts.level_panels(rows, panels, unit="sessions", knee=None)
+
+
+def _threshold(name: str) -> int:
+    return int("".join(ch for ch in name if ch.isdigit()) or 0)
+
+
 def build(report: Mapping[str, Any]) -> str:
     """The page's HTML for one (possibly merged, possibly interrupted) load report."""
     specs: dict[str, Any] = {}
+    sweep = report.get("sweep")
+    if sweep and (spec := sweep_chart(report)) is not None:
+        specs["sweep-curves"] = spec
     hs = tally_of(report).headline() if "recorder" in report else None
     groups: list[dict[str, str]] = []
     few: list[str] = []  # what had too little data to draw: one sentence each
@@ -85,6 +186,11 @@ def build(report: Mapping[str, Any]) -> str:
     curves = _curves(hs, BEHAVIOUR_CURVES, few)
     if curves:
         specs["behaviour-hdr"] = charts.percentile_curves(curves, title="Conversation behaviour")
+    rtf = _curves(hs, ("session_rtf",), few)
+    if rtf:
+        specs["session-rtf"] = charts.percentile_curves(
+            rtf, unit="real-time factor", title="Session real-time factor (1 = real time)"
+        )
     slices = slice_rows(report)
     servers = server_sections(report)
     # one run's server slices are the report's slices; merged runs' each have their own clock
@@ -139,6 +245,11 @@ def build(report: Mapping[str, Any]) -> str:
         servers=servers,
         server_raw=server_raw(report),
         capacity=capacity,
+        sweep=sweep,
+        sweep_levels=(sweep or {}).get("levels") or [],
+        continuity=report.get("continuity") or {},
+        server_audio=server_audio(report),
+        environment=report.get("environment") or {},
         admission=admission,
         config_rows=config_rows(report.get("config", {})),
         embedded=report.get("embedded_server") or {},
@@ -154,7 +265,8 @@ def _curves(hs: Any, names: Sequence[str], few: list[str]) -> dict[str, Any]:
         if hs is None or name not in hs or not hs[name].count:
             continue
         if hs[name].count < charts.MIN_POINTS:
-            few.append(f"{name}: 1 sample ({hs[name].max:.4g} ms), no curve to draw.")
+            unit = "" if name in RATIO_METRICS else " ms"
+            few.append(f"{name}: 1 sample ({hs[name].max:.4g}{unit}), no curve to draw.")
         else:
             curves[name] = hs[name]
     return curves
@@ -214,6 +326,10 @@ def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[s
     empty = measured_nothing(report)
     if empty:
         flags.append((empty, "bad"))
+    sweep = report.get("sweep")
+    for row in (sweep or {}).get("levels", []):
+        if not row["passed"]:
+            flags.append((f"level {row['level']} sessions: {row['reason']}", "bad"))
     if failed:
         word = ("FAIL", "fail")
     elif validity.get("invalid_pacing"):
@@ -224,6 +340,9 @@ def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[s
         word = ("INTERRUPTED", "warn")
     elif slos or (cap is not None and cap.get("largest_pass") is not None):
         word = ("PASS", "pass")
+    elif sweep and sweep.get("levels"):
+        word = ("DONE", "info")
+        flags.append(("no SLO given: each level judged on admission and pacing only", "info"))
     else:
         word = ("DONE", "info")
         flags.append(("no SLO given: nothing was judged (--slo EXPR)", "info"))
