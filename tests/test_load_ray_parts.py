@@ -205,7 +205,5 @@ def test_an_actor_without_the_right_to_renice_keeps_rays_niceness_and_says_so() 
     nobody = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
     if subprocess.run([*nobody, sys.executable, "-c", "import duplexctl"], cwd=ROOT).returncode:
         pytest.skip("user nobody cannot read this checkout or its interpreter")
-    as_nobody = subprocess.run(
-        [*at_15, *nobody, *here], capture_output=True, text=True, cwd=ROOT
-    )
+    as_nobody = subprocess.run([*at_15, *nobody, *here], capture_output=True, text=True, cwd=ROOT)
     assert (as_nobody.returncode, as_nobody.stdout.strip()) == (0, "15"), as_nobody.stderr
