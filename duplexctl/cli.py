@@ -513,12 +513,9 @@ def replay(
     if result.interrupted:
         print("duplexctl: interrupted: partial results", file=sys.stderr)
     elif result.exit_code == 1:
-        failed = len(result.failed_expectations)
-        bits = [f"{failed} expectation(s) failed"] if failed else []
-        if result.violations:
-            bits.append(f"{result.violations} protocol violation(s)")
-        bits += result.problems[:3]
-        print(f"duplexctl: check failed: {'; '.join(bits)}", file=sys.stderr)
+        bits = result.failure_reasons()
+        reasons = [b for b in bits if b not in result.problems] + result.problems[:3]
+        print(f"duplexctl: check failed: {'; '.join(reasons)}", file=sys.stderr)
         missing = (result.report.get("needs_behaviour") or {}).get("missing")
         if missing:
             print(f"duplexctl: note: {missing}", file=sys.stderr)

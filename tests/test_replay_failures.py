@@ -102,6 +102,8 @@ async def test_a_committed_turn_without_an_answer_is_an_error(
     assert result.exit_code == 1 and report["exit_code"] == 1
     lines = plain_lines(report)
     assert "errors: 1 turn(s) without an answer" in lines
+    # the CLI's "check failed:" line names it (issue 30: it was empty)
+    assert result.failure_reasons() == ["1 turn(s) without an answer"]
 
 
 async def test_headless_counts_an_unanswered_turn_as_an_error(quiet_server: str) -> None:

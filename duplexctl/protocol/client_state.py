@@ -54,7 +54,7 @@ from typing import Any, Final
 
 from duplexctl.audio import pcm
 from duplexctl.errors import SessionStateError
-from duplexctl.protocol import codec, ids, names, server_events
+from duplexctl.protocol import cadence, codec, ids, names, server_events
 from duplexctl.protocol.errors import WireError, parse_error
 from duplexctl.protocol.invariants import InvariantChecker
 
@@ -406,6 +406,8 @@ class ClientSession:
         self.resync_reason: str | None = None
         self.responses: dict[str, ResponseTrack] = {}
         self.response_order: list[str] = []
+        # the most samples an append may carry, learned from a refusal (protocol/cadence.py)
+        self.max_append_samples: int | None = None
         # a resume's connection, until its first new seq: overlap there is the replay's
         self._replaying = False
 
@@ -669,7 +671,23 @@ class ClientSession:
         return HeartbeatAck(**base)
 
     def _on_error(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
-        return ErrorReceived(**base, error=parse_error(frame))
+        error = parse_error(frame)
+        limit = cadence.refused_samples(error)
+        if limit is not None and (self.max_append_samples or limit + 1) > limit:
+            self.max_append_samples = limit
+        return ErrorReceived(**base, error=error)
+
+    def packet_ms(self, asked_ms: int, rate: int, *, asked_by: str = "chunk_ms") -> cadence.Cadence:
+        """The append length this lane wants for ``asked_ms`` at input ``rate``: its step
+        (``chunk_period_ms``) and any refusal of longer appends decide
+        (:func:`duplexctl.protocol.cadence.packet_ms`)."""
+        return cadence.packet_ms(
+            asked_ms,
+            rate,
+            step_ms=cadence.frame_ms(self.capabilities),
+            max_samples=self.max_append_samples,
+            asked_by=asked_by,
+        )
 
     # input
 

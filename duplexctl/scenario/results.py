@@ -47,9 +47,19 @@ class ReplayResult:
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
-        if self.failed_expectations or self.violations or self.problems or self.unanswered_turns:
-            return 1
-        return 0
+        return 1 if self.failure_reasons() else 0
+
+    def failure_reasons(self) -> list[str]:
+        """Why the run failed, in a few words each (empty: it did not). The one list the
+        exit code and the ``check failed`` line both read, so that line is never empty."""
+        reasons = []
+        if self.failed_expectations:
+            reasons.append(f"{len(self.failed_expectations)} expectation(s) failed")
+        if self.violations:
+            reasons.append(f"{self.violations} protocol violation(s)")
+        if self.unanswered_turns:
+            reasons.append(f"{self.unanswered_turns} turn(s) without an answer")
+        return reasons + self.problems
 
 
 def connection_summary(run: RunState) -> dict[str, Any]:
@@ -261,15 +271,17 @@ class ReplayReport:
             "violation_counts": checker.counts() if checker else {},
             "errors": run.errors,
             "problems": run.problems,
+            "notes": run.notes,
             "pacing": {
                 "chunk_ms": config.chunk_ms,
+                "packet_ms": self.pacer.chunk_ms,
                 "appends": lag.count,
                 "skipped_appends": run.skipped_appends,
                 "send_lag_p99_ms": round(lag.percentile(99), 3),
                 "send_lag_max_ms": round(lag.max_ms, 3),
                 "invalid_pacing": config.pace is Pace.REALTIME
                 and lag.count > 0
-                and lag.percentile(99) > config.chunk_ms,
+                and lag.percentile(99) > self.pacer.chunk_ms,
             },
             "measurement_origins": {"connection": RUN_ORIGINS},
         }

@@ -172,6 +172,7 @@ class RunState:
         self.resumes: list[tuple[LiveTurn | None, PendingResume]] = []
         self.errors: list[dict[str, Any]] = []
         self.problems: list[str] = []
+        self.notes: list[str] = []  # what the client adapted to the server (cadence …)
         self.skipped_appends = 0
         self.unanswered_interruptions = 0  # headless: skipped, the answer had already ended
         self.completed = False  # every step ran
