@@ -39,6 +39,9 @@ ORIGINS: Final[dict[str, str]] = {
     "heard_ms": "position of the response the playback clock reached (flushed on a stop signal)",
     "cancel_ack_ms": "recv response.done (status cancelled) - t_bi (send of the first "
     "interrupting speech append, or of response.cancel / barge_in)",
+    "model_stop_ms": "recv of the end of the answer the model itself ended (not cancelled: "
+    "response.done completed, or its speech's end on a continuous lane) - t_bi of the spoken "
+    "barge-in over it",
     "audio_stop_ms": "recv last audio delta of the interrupted response - t_bi (0 if none after)",
     "leaked_audio_ms": "audio ms of the interrupted response received after t_bi",
     "heard_stop_ms": "end of the interrupted response's playback on the playback clock - t_bi",
@@ -270,6 +273,8 @@ def compute_turn(t: TurnTimes, turns_by_index: dict[int, TurnTimes] | None = Non
         t_bi = t.barge.t_bi
         if t.status == "cancelled":
             figs["cancel_ack_ms"] = _ms(t.t_done, t_bi)
+        elif t.barge.kind == "speech" and t.t_done is not None and t.t_done >= t_bi:
+            figs["model_stop_ms"] = _ms(t.t_done, t_bi)  # no barge-in on the lane: it stopped
         after = [d for d in t.deltas if d.recv_ns > t_bi]
         figs["audio_stop_ms"] = _ms(after[-1].recv_ns, t_bi) if after else 0.0
         figs["leaked_audio_ms"] = round(sum(d.audio_ms for d in after), 3)

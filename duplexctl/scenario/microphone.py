@@ -207,6 +207,8 @@ class ScriptedMicrophone:
                 owed = duty.due(now / NS_PER_S)
                 if owed or duty.played_out:
                     await playback.send(owed)
+                if now / NS_PER_S >= playback.next_finish_s:
+                    await playback.send_owed(now / NS_PER_S)
                 if now >= assembly.next_answer_due_ns:
                     assembly.expire_unanswered(now)
             if fast and chunk.silent:

@@ -236,6 +236,7 @@ class Replay:
         if headless is not None and headless.on_open is not None:
             headless.on_open(conn)
         tasks = [asyncio.create_task(self.mic.loop(), name="replay-mic")]
+        ticker: Ticker | None = None
         if headless is None:
             ticker = Ticker(run, self.playback, self.assembly, self.report.build)
             tasks.append(asyncio.create_task(ticker.loop(), name="replay-ticker"))
@@ -271,6 +272,8 @@ class Replay:
                 close_event = {"type": "session.close", "reason": "client_close"}
                 run.artifacts.event("send", t_close, close_event)
             self.playback.flush_heard()
+            if ticker is not None:
+                ticker.print_finished_turns()  # a turn that finished on the last tick
             run.status = "interrupted" if run.interrupted else "finished"
 
     def _finish_artifacts(

@@ -141,9 +141,14 @@ class StepInterpreter:
             if not target.first_audio.is_set():
                 return False  # headless: answered without audio, nothing to interrupt
             assert target.response_id is not None
-            track = run.conn.session.responses.get(target.response_id) if run.conn else None
-            if track is not None and track.first_audio_ns is not None:
-                start = track.first_audio_ns
+            cs = run.conn.session if run.conn else None
+            track = cs.responses.get(target.response_id) if cs else None
+            # on a lane that streams silence too, the answer's audio is its first audible one
+            first = None
+            if track is not None and cs is not None:
+                first = track.first_audible_ns if cs.model_native else track.first_audio_ns
+            if first is not None:
+                start = first
         delay = (start + step.after_ms * NS_PER_MS - now_ns()) / NS_PER_S
         if delay > 0:
             await asyncio.sleep(delay)

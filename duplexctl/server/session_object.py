@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from duplexctl.audio import pcm
 from duplexctl.audio.pcm import normalize_format
 from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server.config import ServerConfig
@@ -179,7 +180,7 @@ class NegotiatedSettings:
     overlap_policy: str = LISTEN_ONLY
     overlap_short_ack_ms: float = 700
     overlap_barge_in_ms: float = 1200
-    overlap_silence_rms: float = 0.003
+    overlap_silence_rms: float = pcm.SILENCE_RMS
     playback_commit_policy: str = ACK_ONLY
     temperature: float | None = None
     max_tokens: Any = None
