@@ -9,6 +9,7 @@ PortAudio. Errors of :mod:`duplexctl.errors` become one line on stderr and their
 from __future__ import annotations
 
 import functools
+import json
 import signal
 import sys
 from collections.abc import Callable
@@ -253,9 +254,30 @@ def serve(
         str,
         typer.Option(
             help="native: MiniCPM-o-like (auto_response allowed); turn: Qwen3-Omni-like "
-            "(commit or server VAD only)."
+            "(commit or server VAD only); frame: Nemotron VoiceChat-like (80 ms frames, one "
+            "output packet per frame, auto_response only, tool calls)."
         ),
     ] = "native",
+    tool_call: Annotated[
+        str | None,
+        typer.Option(
+            help="frame profile: on a session's first turn the model calls this tool (when "
+            "the session declares it) and answers after its function_call_output."
+        ),
+    ] = None,
+    tool_args: Annotated[
+        str, typer.Option(help="frame profile: the arguments of --tool-call (a JSON object).")
+    ] = '{"city": "Paris"}',
+    eou_ms: Annotated[
+        float,
+        typer.Option(
+            help="frame profile: silence after the user's speech before the model speaks."
+        ),
+    ] = 640.0,
+    barge_in_ms: Annotated[
+        float,
+        typer.Option(help="frame profile: speech over the answer before the model stops."),
+    ] = 240.0,
     voice: Annotated[str, typer.Option(help="Simulated reply: tone or echo.")] = "tone",
     reply_seconds: Annotated[float, typer.Option(help="Length of a tone reply.")] = 2.0,
     ttfa_ms: Annotated[float, typer.Option(help="Simulated time to first audio.")] = 300.0,
@@ -322,11 +344,22 @@ def serve(
             seed=seed,
             faults=faults,
             behaviour=behaviours,
+            tool_call=tool_call,
+            tool_args=tool_args,
+            eou_ms=eou_ms,
+            barge_in_ms=barge_in_ms,
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    if model_profile not in ("native", "turn"):
-        raise BadInput(f"--model-profile must be native or turn, not {model_profile!r}")
+    if model_profile not in ("native", "turn", "frame"):
+        raise BadInput(f"--model-profile must be native, turn or frame, not {model_profile!r}")
+    if tool_call is not None and model_profile != "frame":
+        raise BadInput("--tool-call needs --model-profile frame (the lane with tool calls)")
+    try:
+        if not isinstance(json.loads(tool_args), dict):
+            raise ValueError
+    except ValueError:
+        raise BadInput(f"--tool-args must be a JSON object, not {tool_args!r}") from None
     if voice not in ("tone", "echo"):
         raise BadInput(f"--voice must be tone or echo, not {voice!r}")
     if max_sessions < 1:

@@ -146,6 +146,27 @@ class Responses:
         response.task = task
         task.add_done_callback(_forget_task(response))
 
+    def open_stream(self, *, output_format: str, output_rate: int) -> Response:
+        """A reply with no generation task of its own: the frame-locked lane streams it,
+        packet by packet (``frame_lane.py``). Its start fan-out goes out now."""
+        ctx = self._ctx
+        response = Response(
+            id=ids.response_id(ctx.id, ctx.epoch),
+            epoch=ctx.epoch,
+            turn_id=ctx.turn_id,
+            previous_item_id=self._conversation.last_item_id,
+            output_format=output_format,
+            output_rate=output_rate,
+        )
+        self.records.add(response)
+        self._playback.track(response)
+        ctx.turn.observe("response_started")
+        self._conversation.store(
+            assistant_item(response, "in_progress", []), response.previous_item_id
+        )
+        self._announce(response, content=[])
+        return response
+
     def _announce(self, r: Response, *, content: list[dict[str, Any]]) -> None:
         ctx = self._ctx
         r.announced = True

@@ -1,0 +1,121 @@
+"""The frame-locked lane end to end (docs/protocol.md §13): every scenario runs against the
+reference server's frame profile (``serve --model-profile frame``, in the default suite) and
+against the real vLLM-Omni 0.30.0 Nemotron VoiceChat lane of the peer kit (marked ``peer``,
+skipped only where the kit is absent).
+
+Both are configured alike: the user's turn ends after 640 ms of silence (``eou_ms``), each
+80 ms output packet leaves ``ttfa_ms`` (300) after its frame, one session at a time
+(``max_sessions`` 1), and the model calls ``get_weather`` on a session's first turn when the
+session declares it (``--tool-call``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.commands import serve
+
+from duplexctl.scenario.config import CliOptions, resolve
+from duplexctl.scenario.parse import parse_scenario
+from duplexctl.scenario.runner import ReplayResult, run_replay
+
+RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
+EOU_MS = 640.0  # the peer's default and serve's
+TTFA_MS = 300.0
+#: what the pipeline adds on a loaded test machine: a frame or two, scheduling, the socket
+PIPELINE_MS = 1000.0
+
+pytestmark = [pytest.mark.realtime, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    url: str
+
+
+@pytest.fixture(
+    scope="module", params=["serve", pytest.param("peer", marks=pytest.mark.peer)]
+)
+def lane(request: pytest.FixtureRequest) -> Iterator[Lane]:
+    if request.param == "peer":
+        start = request.getfixturevalue("peer")
+        yield Lane("peer", start("--plugin", "nemotron", "--tool-call", "get_weather").url)
+        return
+    args = ("--model-profile", "frame", "--tool-call", "get_weather", "--max-sessions", "1")
+    with serve(*args) as (url, _proc):
+        yield Lane("serve", url)
+
+
+async def replay(lane: Lane, steps: str, **cli: Any) -> ReplayResult:
+    text = "[settings]\nauto_response = true\n" + steps
+    scenario = parse_scenario(text, RECORDINGS / "frame.toml")
+    config = resolve(CliOptions(**cli), scenario.settings)
+    return await run_replay(scenario, config, lane.url)
+
+
+def fig(turn: dict[str, Any], name: str) -> Any:
+    entry = turn["figures"].get(name)
+    return None if entry is None else entry["value"]
+
+
+def ok(result: ReplayResult) -> dict[str, Any]:
+    report = result.report
+    assert result.exit_code == 0, (result.failure_reasons(), report["errors"])
+    return report
+
+
+SAY = '[[step]]\naction = "say"\nfile = "{file}"\n[[step]]\naction = "wait"\n'
+
+
+async def test_a_turn_is_timed_from_the_speech(lane: Lane) -> None:
+    report = ok(await replay(lane, SAY.format(file="hello.wav") + SAY.format(file="followup.wav")))
+    # the lane's 80 ms step makes 40 ms packets of the default 100 ms appends
+    assert report["pacing"]["packet_ms"] == 40 and "40 ms packets" in report["notes"][0]
+    assert report["session"]["capabilities"]["chunk_period_ms"] == 80
+    turns = report["turns"]
+    assert [t["outcome"] for t in turns] == ["spoke", "spoke"]  # no turn for a silent response
+    for turn in turns:
+        ttfa, ttft = fig(turn, "ttfa_ms"), fig(turn, "ttft_ms")
+        # the model waits 640 ms of silence, its packet leaves 300 ms after its frame
+        assert EOU_MS <= ttfa <= EOU_MS + TTFA_MS + PIPELINE_MS, turn
+        assert 0 <= ttft < ttfa  # the text channel runs ahead of the audio
+        assert not turn["early_start"] and turn["reason"] == "stop"
+        assert fig(turn, "turn_ms") > ttfa and fig(turn, "audio_ms") >= 1500
+        assert "ttfa_created_ms" not in turn["figures"]  # response.created is no decision
+
+
+async def test_a_barge_in_is_the_model_ending_its_turn(lane: Lane) -> None:
+    steps = (
+        '[[step]]\naction = "say"\nfile = "hello.wav"\n'
+        '[[step]]\naction = "barge_in"\nfile = "interrupt.wav"\nafter_ms = 600\n'
+        'expect = { outcome = "spoke", status = "completed", model_stop_ms = "<3000" }\n'
+        '[[step]]\naction = "wait"\nexpect = { outcome = "spoke" }\n'
+    )
+    report = ok(await replay(lane, steps))
+    first, second = report["turns"][:2]
+    # no barge-in on this lane (supports_barge_in false): the model hears the speech and
+    # ends its turn; what is measured is that stop
+    assert fig(first, "audio_stop_ms") < fig(first, "model_stop_ms")
+    assert fig(first, "audio_ms") < 2000  # cut before the end of the 2 s answer
+    assert "cancel_ack_ms" not in first["figures"]
+    assert second["source"] == "interrupt.wav" and fig(second, "ttfa_ms") >= 0
+
+
+async def test_a_cancel_is_acknowledged_and_the_session_goes_on(lane: Lane) -> None:
+    steps = (
+        '[[step]]\naction = "say"\nfile = "hello.wav"\n'
+        '[[step]]\naction = "cancel"\nafter_ms = 500\n'
+        'expect = { outcome = "cancelled", reason = "client_cancelled", cancel_ack_ms = "<500" }\n'
+        + SAY.format(file="followup.wav")
+    )
+    report = ok(await replay(lane, steps))
+    cancelled, answered = report["turns"]
+    # cancelled 500 ms after its first audible packet: heard at most that (a late packet
+    # stalls the playback clock, so a loaded machine hears less)
+    assert 0 < fig(cancelled, "heard_ms") <= 600
+    assert answered["outcome"] == "spoke"
