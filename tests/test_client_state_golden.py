@@ -377,7 +377,7 @@ def test_nemotron_tool_call_is_a_call_not_an_answer(load_wire: Any) -> None:
 
 
 def test_nemotron_barge_in_is_the_model_ending_its_turn(load_wire: Any) -> None:
-    cs, hs = single("nemotron_bargein", load_wire)
+    cs, _ = single("nemotron_bargein", load_wire)
     spoken = [cs.responses[rid] for rid in cs.response_order if cs.responses[rid].answer_start_ns]
     assert len(spoken) == 2  # the interrupted answer, then the answer to the interruption
     cut, answer = spoken
@@ -387,7 +387,7 @@ def test_nemotron_barge_in_is_the_model_ending_its_turn(load_wire: Any) -> None:
 
 
 def test_nemotron_cancel_starts_a_new_epoch(load_wire: Any) -> None:
-    cs, hs = single("nemotron_cancel", load_wire)
+    cs, _ = single("nemotron_cancel", load_wire)
     cancelled = [t for t in cs.responses.values() if t.status == "cancelled"]
     assert [(t.reason, t.answer_end_by) for t in cancelled] == [
         ("client_cancelled", "response.done")

@@ -134,7 +134,7 @@ async def test_a_tool_call_its_result_and_the_answer() -> None:
         "item.output",
     ]
     await stream(h, SILENCE, 100)
-    assert "get_weather returned {\"temp\":21}" in texts(h)
+    assert 'get_weather returned {"temp":21}' in texts(h)
     assert h.of("response.done")[-1]["response"]["status_details"]["reason"] == "stop"
 
 

@@ -38,9 +38,7 @@ class Lane:
     url: str
 
 
-@pytest.fixture(
-    scope="module", params=["serve", pytest.param("peer", marks=pytest.mark.peer)]
-)
+@pytest.fixture(scope="module", params=["serve", pytest.param("peer", marks=pytest.mark.peer)])
 def lane(request: pytest.FixtureRequest) -> Iterator[Lane]:
     if request.param == "peer":
         start = request.getfixturevalue("peer")
