@@ -85,6 +85,24 @@ VadSilenceOption = Annotated[
         show_default=False,
     ),
 ]
+ToolsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tools",
+        help="JSON file of the function tools the model may call, sent in the opening "
+        "session.update (docs/protocol.md §13.4).",
+        show_default=False,
+    ),
+]
+ToolOutputsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tool-outputs",
+        help='JSON file answering tool calls: {"name": output} or {"name": {"output": …, '
+        '"latency_ms": N}} (the simulated time the tool takes).',
+        show_default=False,
+    ),
+]
 # Every session/turn option defaults to None = not given: duplexctl.resolver decides, with
 # one precedence for every command (defaults < scenario < --session < flags).
 
@@ -429,6 +447,8 @@ def replay(
     prebuffer_ms: Annotated[
         float | None, typer.Option(help="Simulated playback jitter buffer (default 100).")
     ] = None,
+    tools: ToolsOption = None,
+    tool_outputs: ToolOutputsOption = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON report on stdout instead of tables.")
     ] = False,
@@ -479,6 +499,8 @@ def replay(
         pace=pace,
         response_timeout_s=response_timeout_s,
         prebuffer_ms=prebuffer_ms,
+        tools=tools,
+        tool_outputs=tool_outputs,
     )
 
     def progress(line: str) -> None:
@@ -962,8 +984,13 @@ def load(
     warmup: Annotated[str, typer.Option(help="Warm-up, excluded from figures.")] = "0s",
     mix: Annotated[
         str | None,
-        typer.Option(help="Per-turn behaviours: barge_in=0.2,cancel=0.1,drop_resume=0.05."),
+        typer.Option(
+            help="Per-turn behaviours: barge_in=0.2,cancel=0.1,drop_resume=0.05,tool_call=0.3 "
+            "(tool_call: needs --tools and --tool-outputs)."
+        ),
     ] = None,
+    tools: ToolsOption = None,
+    tool_outputs: ToolOutputsOption = None,
     slo: Annotated[
         list[str] | None, typer.Option(help='Threshold, e.g. "ttfa_p95<=800ms" (repeatable).')
     ] = None,
@@ -1121,6 +1148,8 @@ def load(
         send_phases=send_phases,
         prebuffer_ms=prebuffer_ms,
         response_timeout_s=response_timeout_s,
+        tools=None if tools is None else str(tools),
+        tool_outputs=None if tool_outputs is None else str(tool_outputs),
         sessions=sessions,
         rate=rate,
         arrival=arrival,

@@ -117,3 +117,36 @@ async def test_a_cancel_is_acknowledged_and_the_session_goes_on(lane: Lane) -> N
     # stalls the playback clock, so a loaded machine hears less)
     assert 0 < fig(cancelled, "heard_ms") <= 600
     assert answered["outcome"] == "spoke"
+
+
+TOOLS = '[[session.tools]]\ntype = "function"\nname = "get_weather"\n'
+
+
+async def test_a_tool_call_is_answered_once_and_timed(lane: Lane) -> None:
+    steps = (
+        TOOLS
+        + '[[step]]\naction = "say"\nfile = "hello.wav"\n'
+        + '[[step]]\naction = "tool_output"\nlatency_ms = 300\n'
+        + 'output = { city = "Paris", temperature_c = 21 }\n'
+        + 'expect = { tool_calls = 1, tool_outputs = 1, tool_call_ms = "<8000" }\n'
+        + '[[step]]\naction = "wait"\nexpect = { outcome = "spoke", task_ms = "<30000" }\n'
+    )
+    report = ok(await replay(lane, steps))
+    [turn] = report["turns"]
+    # speech end -> the call (the turn's end, then the call's JSON one token per frame),
+    # output sent -> first answer text and audio (the result read one token per frame)
+    assert fig(turn, "tool_call_ms") > EOU_MS
+    assert 300 < fig(turn, "tool_answer_text_ms") < fig(turn, "tool_answer_audio_ms")
+    assert fig(turn, "task_ms") > fig(turn, "tool_call_ms") + fig(turn, "tool_answer_audio_ms")
+    assert fig(turn, "ttfa_ms") > fig(turn, "tool_call_ms")  # the answer follows the result
+    assert report["config"]["tools"][0]["name"] == "get_weather"
+
+
+async def test_a_tool_call_nothing_answers_is_an_error(lane: Lane) -> None:
+    steps = TOOLS + SAY.format(file="hello.wav")
+    result = await replay(lane, steps, response_timeout_s=8.0)
+    report = result.report
+    assert result.exit_code == 1 and report["unanswered_tool_calls"] == 1
+    [error] = [e for e in report["errors"] if e["code"] == "unanswered_tool_call"]
+    assert "get_weather" in error["message"] and "--tool-outputs" in error["message"]
+    assert "1 tool call(s) nothing answered" in result.failure_reasons()

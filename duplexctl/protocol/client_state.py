@@ -316,6 +316,7 @@ class ResponseTrack:
     transcript: str = ""
     text: str = ""
     kind: str = "audio"  # "function_call": a synthetic response that carries a tool call
+    text_ns: list[int] = field(default_factory=list, repr=False)  # recv of non-empty text
     first_audible_ns: int | None = None
     last_audible_ns: int | None = None
     speech_start_ms: float | None = None  # timeline start of the first audible delta
@@ -945,6 +946,7 @@ class ClientSession:
         speak (on a continuous lane, the answer's start)."""
         if not delta:
             return
+        track.text_ns.append(recv_ns)
         if track.first_text_ns is None:
             track.first_text_ns = recv_ns
         if self.continuous_output:

@@ -186,6 +186,8 @@ class TurnAssembly:
                     t.t_done, t.status, t.reason = track.done_ns, track.status, track.reason
             if track.listen_ns is not None and track.listen_ns <= cutoff:
                 t.listened = True
+            if t.tool_calls:  # the tool figures read the answer's text after the output
+                t.text_recvs = [r for r in track.text_ns if r <= cutoff]
         play = run.plays.get(turn.response_id or "")
         first_audible = play.clock.first_audible if play is not None else None
         if play is not None and first_audible is not None and track is not None and spoken:

@@ -29,6 +29,7 @@ from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
 from duplexctl.scenario.state import BACKCHANNEL, RunState
+from duplexctl.scenario.tools import UNANSWERED_CALL
 
 
 @dataclass(slots=True)
@@ -42,6 +43,7 @@ class ReplayResult:
     interrupted: bool
     problems: list[str]
     unanswered_turns: int = 0
+    unanswered_tool_calls: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -59,6 +61,8 @@ class ReplayResult:
             reasons.append(f"{self.violations} protocol violation(s)")
         if self.unanswered_turns:
             reasons.append(f"{self.unanswered_turns} turn(s) without an answer")
+        if self.unanswered_tool_calls:
+            reasons.append(f"{self.unanswered_tool_calls} tool call(s) nothing answered")
         return reasons + self.problems
 
 
@@ -266,6 +270,7 @@ class ReplayReport:
                 if r.end_mode == BACKCHANNEL
             ],
             "unanswered_turns": sum(e.get("code") == NO_RESPONSE for e in run.errors),
+            "unanswered_tool_calls": sum(e.get("code") == UNANSWERED_CALL for e in run.errors),
             "expectations": {"checked": checked, "failed": failed, "not_reached": not_reached},
             "violations": [v.to_dict() for v in checker.violations] if checker else [],
             "violation_counts": checker.counts() if checker else {},
@@ -314,6 +319,7 @@ class ReplayReport:
             interrupted=self.run.interrupted,
             problems=list(self.run.problems),
             unanswered_turns=report["unanswered_turns"],
+            unanswered_tool_calls=report["unanswered_tool_calls"],
         )
         report["exit_code"] = result.exit_code
         return result
