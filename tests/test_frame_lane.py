@@ -11,13 +11,14 @@ session declares it (``--tool-call``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.commands import serve
+from support.commands import admitted, run_cli_async, serve
 
 from duplexctl.scenario.config import CliOptions, resolve
 from duplexctl.scenario.parse import parse_scenario
@@ -150,3 +151,23 @@ async def test_a_tool_call_nothing_answers_is_an_error(lane: Lane) -> None:
     [error] = [e for e in report["errors"] if e["code"] == "unanswered_tool_call"]
     assert "get_weather" in error["message"] and "--tool-outputs" in error["message"]
     assert "1 tool call(s) nothing answered" in result.failure_reasons()
+
+
+async def test_a_load_where_the_lane_admits_one_session(lane: Lane, tmp_path: Path) -> None:
+    out = tmp_path / "load"
+    code, _, err = await run_cli_async(
+        "load", str(RECORDINGS / "hello.wav"), "--url", lane.url, "--auto-response",
+        "--sessions", "4", "--count", "4", "--workers", "1", "--no-server-metrics",
+        "--out", str(out), timeout=120,
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    admission = report["admission"]
+    assert admission["attempts"] == 4 and admission["by_kind"]["admitted"] == 1, admission
+    assert admission["by_code"] == {"rejected_capacity:resource_exhausted": 3}
+    assert admission["advertised_limit"] == 1 and admission["unfinished"]["count"] == 0
+    assert report["errors"] == {} and report["turns"]["outcomes"] == {"spoke": 1}
+    assert report["validity"]["packet_ms"] == 40 and not report["validity"]["invalid_pacing"]
+    assert "sent as 40 ms packets" in err or "sent as 40 ms packets" in _
+    # none left hanging: the slot is free again at once
+    assert await admitted(lane.url, 1, auto_response=True) == 1
