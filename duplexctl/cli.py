@@ -849,6 +849,12 @@ def probe(
             "flags (probes always commit turns themselves); the rest is sent as is.",
         ),
     ] = None,
+    tools: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON file of the tools the tool-calls probe declares (default: get_weather)."
+        ),
+    ] = None,
     list_probes: Annotated[
         bool, typer.Option("--list", help="List the probes and what each catches.")
     ] = False,
@@ -895,6 +901,7 @@ def probe(
         model=model,
         ref_audio=ref_audio,
         session_file=session_file,
+        tools=tools,
         scrape=scrape_options(server_metrics, no_server_metrics, scrape_interval),
     )
     _say_notes(config.settings.notes)

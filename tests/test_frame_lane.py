@@ -171,3 +171,28 @@ async def test_a_load_where_the_lane_admits_one_session(lane: Lane, tmp_path: Pa
     assert "sent as 40 ms packets" in err or "sent as 40 ms packets" in _
     # none left hanging: the slot is free again at once
     assert await admitted(lane.url, 1, auto_response=True) == 1
+
+
+async def test_probe_verdicts_with_the_inapplicable_probes_skipped(lane: Lane) -> None:
+    code, out, err = await run_cli_async(
+        "probe", "--json", "--url", lane.url, "--budget-s", "240", "--no-server-metrics",
+        timeout=300,
+    )  # fmt: skip
+    report = json.loads(out)
+    v = {r["name"]: r for r in report["results"]}
+    verdicts = {name: r["verdict"] for name, r in v.items()}
+    skipped = {name for name, verdict in verdicts.items() if verdict == "skipped"}
+    # no barge_in on this lane; no committed turn to interrupt or drop a reply at; the
+    # disconnect grace (30 s) is too long to wait out
+    assert skipped == {"barge-in-race", "epoch-fencing", "resume-replay", "resume-after-grace"}
+    assert "supports_barge_in: false" in v["barge-in-race"]["summary"]
+    for name in ("epoch-fencing", "resume-replay"):
+        assert "model-native sessions only" in v[name]["summary"], v[name]
+    # 0.30.0 keeps an abandoned handshake's slot for its disconnect grace (test_probe_peer.py);
+    # the reference server frees it
+    failed = {name for name, verdict in verdicts.items() if verdict == "fail"}
+    assert failed == ({"abandoned-handshake"} if lane.name == "peer" else set()), verdicts
+    assert code == (1 if failed else 0), err
+    assert verdicts["tool-calls"] == "pass" and verdicts["responses"] == "pass"
+    assert any("40 ms packets" in f for f in v["responses"]["findings"])
+    assert any("get_weather" in f for f in v["tool-calls"]["findings"])

@@ -19,8 +19,9 @@ it offline (``serve --model-profile frame``):
   sends (``function_call_output``) is read one token per frame before the answer starts;
 * speech over its answer for ``barge_in_ms`` makes the model end its turn (EOS: a
   ``completed`` response with the transcript cut) and the interruption is the next turn;
-  ``response.cancel`` is a reset: a new epoch, the conversation (and a pending result)
-  forgotten.
+  ``response.cancel`` is a reset: a new epoch, the conversation forgotten — a tool result
+  the model was reading included; one it had not taken yet (sent since its last frame) is
+  taken by the new request, as 0.30.0 keeps it in the session until the model takes it.
 
 Token counts are the reference server's own, fixed so the timing is a known truth: a JSON
 string or a tool result costs one frame per two characters (:func:`tokens`).
@@ -119,6 +120,9 @@ class FrameLane:
         self._announced_speech = False
         self._called = False  # the known-truth tool call happens once per session
         self._calls: dict[str, Call] = {}
+        # results sent and not yet taken by the model (taken at its next frame): they live in
+        # the session, so a cancel before that hands them to the new request (§13.3)
+        self._queued: list[str] = []
         self._turn = 0  # answers given (the reply text names it)
         self._last_packet = time.monotonic()
         cfg = ctx.config
@@ -169,6 +173,11 @@ class FrameLane:
         m = self._model
         if m.epoch != ctx.epoch:  # a cancel: a new request from the system prompt (§13.3)
             self._model = m = Model(epoch=ctx.epoch)
+        for result in self._queued:  # the model takes the results sent since its last frame
+            m.results.append(result)
+            m.result_frames += tokens(f"<TOOL_RESPONSE>[{result}]</TOOL_RESPONSE>")
+            m.mode = "await_result"
+        self._queued.clear()
         speech = pcm.rms(frame) >= ctx.settings.overlap_silence_rms
         if self._responses.active is None:
             ctx.listen("model_listen", model_listen=True)
@@ -418,7 +427,7 @@ class FrameLane:
             )
             return
         m = self._model
-        if len(m.results) >= MAX_PENDING_RESULTS:
+        if len(self._queued) + len(m.results) >= MAX_PENDING_RESULTS:
             ctx.err(
                 BACKLOG_CODE,
                 "function results came faster than the frame-locked channel reads them",
@@ -442,12 +451,7 @@ class FrameLane:
             "conversation.item.done",
         ):
             ctx.ev(etype, previous_item_id=previous, item=dict(stored))
-        if m.epoch != ctx.epoch:
-            return  # cancelled since the call: the new request never hears of it (§13.3)
-        result = _compact(output)
-        m.results.append(result)
-        m.result_frames += tokens(f"<TOOL_RESPONSE>[{result}]</TOOL_RESPONSE>")
-        m.mode = "await_result"
+        self._queued.append(_compact(output))
 
 
 def _compact(output: str) -> str:
