@@ -11,6 +11,7 @@ session declares it (``--tool-call``).
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ from support.commands import admitted, run_cli_async, serve
 from duplexctl.scenario.config import CliOptions, resolve
 from duplexctl.scenario.parse import parse_scenario
 from duplexctl.scenario.runner import ReplayResult, run_replay
+from duplexctl.talk.config import InputFileSpec, TalkConfig
+from duplexctl.talk.session import run_talk
+from duplexctl.talk.view import PlainView
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "recordings"
 EOU_MS = 640.0  # the peer's default and serve's
@@ -196,3 +200,22 @@ async def test_probe_verdicts_with_the_inapplicable_probes_skipped(lane: Lane) -
     assert verdicts["tool-calls"] == "pass" and verdicts["responses"] == "pass"
     assert any("40 ms packets" in f for f in v["responses"]["findings"])
     assert any("get_weather" in f for f in v["tool-calls"]["findings"])
+
+
+async def test_talk_times_the_answer_from_the_speech(lane: Lane) -> None:
+    out = io.StringIO()
+    config = TalkConfig(
+        url=lane.url,
+        auto_response=True,
+        output_device="none",
+        input_files=[InputFileSpec(RECORDINGS / "hello.wav", 0.0)],
+        duration_s=9.0,
+    )
+    result = await run_talk(config, PlainView(out))
+    assert "sent as 40 ms packets" in out.getvalue()
+    [turn] = result.turns  # the response still open, silent, when talk stops is no turn
+    ttfa = turn.figures["ttfa_ms"].value
+    assert EOU_MS <= ttfa <= EOU_MS + TTFA_MS + PIPELINE_MS, turn.to_json()
+    assert 0 <= turn.figures["ttft_ms"].value < ttfa
+    assert turn.figures["first_audible_ms"].value >= ttfa
+    assert turn.figures["heard_ms"].value <= turn.figures["audio_ms"].value
