@@ -867,6 +867,23 @@ class ClientSession:
             audible=audible,
         )
 
+    def unsupported_input(self) -> str | None:
+        """Why this client cannot drive the session, or None: its capabilities require input
+        modalities besides audio on every append (``video_frames``: AURA Omni in vLLM-Omni
+        0.30, docs/protocol.md §13.5), and duplexctl sends audio only."""
+        required = self.capabilities.get("required_input_modalities")
+        if not isinstance(required, list):
+            return None
+        missing = sorted({m for m in required if isinstance(m, str)} - {"audio"})
+        if not missing:
+            return None
+        what = "video_frames" if missing == ["video"] else ", ".join(missing)
+        return (
+            f"the server requires {what} on every append (required_input_modalities "
+            f"{sorted(m for m in required if isinstance(m, str))}) and duplexctl sends audio "
+            "only; the session was closed (docs/protocol.md §13.5)"
+        )
+
     @property
     def model_native(self) -> bool:
         """The model decides when to speak (a response may open before it does)."""
