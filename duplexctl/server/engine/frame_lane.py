@@ -44,7 +44,7 @@ from duplexctl.protocol import ids, names
 from duplexctl.server.engine.context import SessionContext
 from duplexctl.server.engine.conversation import Conversation
 from duplexctl.server.engine.records import Response
-from duplexctl.server.engine.responses import Responses
+from duplexctl.server.engine.responses import Responses, part_ids
 from duplexctl.server.engine.utterance import Utterance
 from duplexctl.server.model import reply_text, tone
 
@@ -276,29 +276,17 @@ class FrameLane:
             return active
         ctx = self._ctx
         r = self._responses.open_stream(output_format="pcm16", output_rate=OUTPUT_RATE)
-        ctx.ev(
-            "response.speak",
-            response_id=r.id,
-            item_id=r.item_id,
-            output_index=0,
-            content_index=0,
-            metadata={"session_id": ctx.id, "epoch": r.epoch, "model_speak": True},
-        )
+        ctx.ev("response.speak", **part_ids(r), metadata=self._meta(r))
         return r
+
+    def _meta(self, r: Response) -> dict[str, Any]:
+        return {"session_id": self._ctx.id, "epoch": r.epoch, "model_speak": True}
 
     def _text(self, word: str) -> None:
         ctx = self._ctx
         r = self._open()
         r.emitted_text += word
-        ctx.ev(
-            names.TRANSCRIPT_DELTA,
-            response_id=r.id,
-            item_id=r.item_id,
-            output_index=0,
-            content_index=0,
-            delta=word,
-            metadata={"session_id": ctx.id, "epoch": r.epoch, "model_speak": True},
-        )
+        ctx.ev(names.TRANSCRIPT_DELTA, **part_ids(r), delta=word, metadata=self._meta(r))
 
     def _schedule_packet(self, audio: np.ndarray | None, eos: bool) -> None:
         """This frame's packet, ``ttfa_ms`` after the frame (the talker and codec)."""
@@ -325,30 +313,18 @@ class FrameLane:
         ctx.output_started = True
         ctx.ev(
             names.AUDIO_DELTA,
-            response_id=r.id,
-            item_id=r.item_id,
-            output_index=0,
-            content_index=0,
+            **part_ids(r),
             delta=r.last_b64,
             format="pcm16",
             sample_rate_hz=OUTPUT_RATE,
             metadata={
-                "session_id": ctx.id,
-                "epoch": r.epoch,
-                "model_speak": True,
+                **self._meta(r),
                 "end_of_turn": eos,
                 "playback": r.ledger.as_dict(),
                 "audio_duration_ms": r.ledger.generated_ms,
             },
         )
-        ctx.ev(
-            names.TRANSCRIPT_DELTA,
-            response_id=r.id,
-            item_id=r.item_id,
-            output_index=0,
-            content_index=0,
-            delta="",
-        )
+        ctx.ev(names.TRANSCRIPT_DELTA, **part_ids(r), delta="")
         if eos:
             self._responses.complete(r)
 
