@@ -219,3 +219,25 @@ async def test_talk_times_the_answer_from_the_speech(lane: Lane) -> None:
     assert 0 <= turn.figures["ttft_ms"].value < ttfa
     assert turn.figures["first_audible_ms"].value >= ttfa
     assert turn.figures["heard_ms"].value <= turn.figures["audio_ms"].value
+
+
+async def test_load_mix_tool_call_answers_and_times_the_calls(lane: Lane, tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "name": "get_weather"}]))
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"get_weather": {"output": {"t": 21}, "latency_ms": 200}}))
+    out = tmp_path / "load"
+    code, stdout, err = await run_cli_async(
+        "load", str(RECORDINGS / "hello.wav"), "--url", lane.url, "--auto-response",
+        "--sessions", "1", "--count", "1", "--workers", "1", "--no-server-metrics",
+        "--mix", "tool_call=1", "--tools", str(tools), "--tool-outputs", str(outputs),
+        "--slo", "tool_call_p95<=10s", "--out", str(out), timeout=120,
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["turns"]["tool_calls"] == report["turns"]["tool_outputs"] == 1
+    assert report["interruptions"]["behaviours"] == {"tool_call": 1}
+    for name in ("tool_call_ms", "tool_answer_text_ms", "tool_answer_audio_ms", "task_ms"):
+        assert report["figures"][name]["n"] == 1, name
+    assert "tool calls: 1, answered 1" in stdout
+    assert "SLO PASS tool_call_p95<=10s" in stdout

@@ -290,6 +290,8 @@ def build_report(
             "outcomes": dict(outcomes),
             "early_start": counts["early_start"],
             "underruns": counts["underruns"],
+            "tool_calls": counts["tool_calls"],
+            "tool_outputs": counts["tool_outputs"],
         },
         "interruptions": {
             "behaviours": dict(tally.behaviours),
@@ -542,9 +544,22 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
         f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'})"
         + (f" — {empty}" if empty else "")
     )
+    if t.get("tool_calls"):  # docs/metrics.md "Tool calls"
+        lines.append(
+            f"tool calls: {t['tool_calls']}, answered {t.get('tool_outputs', 0)} "
+            "(function_call_output, one per call)"
+        )
     lines.append(drops_line(report))
     figs = report["figures"]
-    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms", "stop_latency_ms"):
+    for name in (
+        "ttfa_ms",
+        "turn_ms",
+        "time_to_reject_ms",
+        "cancel_ack_ms",
+        "stop_latency_ms",
+        "tool_call_ms",
+        "task_ms",
+    ):
         if name in figs and figs[name]["n"]:
             f = figs[name]
             p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")

@@ -26,7 +26,7 @@ DEFAULT_TOOLS: Final[list[dict[str, Any]]] = [
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
     }
 ]
-CALL_WITHIN_S: Final = 20.0  # the user's turn, the model's end-of-turn wait, the call's frames
+CALL_WITHIN_S: Final = 12.0  # the user's turn, the model's end-of-turn wait, the call's frames
 ANSWER_WITHIN_S: Final = 3.0  # an item or an error answering a function_call_output
 FORGOTTEN_WATCH_S: Final = 4.0  # after the cancel: no answer to the forgotten result
 TAKEN_AFTER_S: Final = 0.5  # the model takes a result on its next frame (80 ms): cancel after
@@ -41,6 +41,14 @@ def _output_item(h: Happening, call_id: str) -> bool:
         and item.get("type") == "function_call_output"
         and item.get("call_id") == call_id
     )
+
+
+def _answered(pc: ProbeConn, h: Happening) -> bool:
+    """``h`` ends a spoken answer: the model answered without a tool call."""
+    if not isinstance(h, ResponseDone):
+        return False
+    track = pc.session.responses.get(h.response_id)
+    return track is not None and track.kind == "audio" and track.first_audible_ns is not None
 
 
 async def _answer(pc: ProbeConn, call_id: str, output: Any) -> tuple[str | None, bool]:
@@ -83,23 +91,24 @@ async def tool_calls(ctx: ProbeContext) -> str:
     if pc is None:
         raise ProbeSkipped(f"the server refused a session declaring tools ({ctx.last_refusal})")
     try:
-        if ctx.facts.auto_response_only or ctx.facts.capabilities.get(
-            "supports_model_native_turn_policy"
-        ):
+        if ctx.facts.auto_response_only:
             pc.stream(1000)  # the model takes its turn by itself
         else:
-            await pc.speak(1000)
+            await pc.speak(1000)  # a committed turn
+        names_ = ", ".join(t.get("name") or t.get("function", {}).get("name") for t in tools)
+        hint = f"tools declared: {names_}; declare one it calls with probe --tools FILE.json"
         try:
             call = await pc.wait_for(
-                lambda h: isinstance(h, FunctionCall), CALL_WITHIN_S, "tool call"
+                lambda h: isinstance(h, FunctionCall) or _answered(pc, h),
+                CALL_WITHIN_S,
+                "tool call",
             )
         except ProbeFailed:
-            names_ = ", ".join(t.get("name") or t.get("function", {}).get("name") for t in tools)
             raise ProbeSkipped(
-                f"the model made no tool call within {CALL_WITHIN_S:g} s of a turn (tools "
-                f"declared: {names_}; declare one it calls with probe --tools FILE.json)"
+                f"the model made no tool call within {CALL_WITHIN_S:g} s of a turn ({hint})"
             ) from None
-        assert isinstance(call, FunctionCall)
+        if not isinstance(call, FunctionCall):
+            raise ProbeSkipped(f"the model answered the turn without calling a tool ({hint})")
         ctx.finding(f"the model called {call.name}({call.arguments}) as {call.call_id}")
         problems: list[str] = []
         error, taken = await _answer(pc, UNKNOWN_CALL, "{}")
