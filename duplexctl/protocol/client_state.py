@@ -20,6 +20,16 @@ What it owns, and why here:
   assistant timeline (``audio_ms``) and the chunk gaps.
 * **Audio decoding.** Deltas are decoded in the format and rate *they* state (pcm16, wav,
   G.711, f32) into PCM16 so that everything downstream handles one format.
+* **Speech, not packets** (docs/protocol.md §13.2). Every delta is marked audible or silent.
+  A model-native session whose response opens with silent packets streams one packet per
+  model frame, silence included (``continuous_output``): there each answer is found in the
+  audio and text — :class:`AnswerStarted` at a response's first non-empty text or audible
+  packet, :class:`AnswerEnded` at its ``response.done`` (or after a second of silence) —
+  because ``response.created`` / ``response.done`` say nothing about the model's speech.
+* **Lane cadence and tool calls** (§13.1, §13.4). The append length the lane wants
+  (:meth:`ClientSession.packet_ms`, from ``chunk_period_ms`` and any refusal of longer
+  appends), and each ``response.function_call_arguments.done`` as a :class:`FunctionCall`
+  whose synthetic response is a call, not an answer.
 * **Validation** (issue 16.1). Every message is checked before anything uses it: a binary
   frame, text that is not JSON, JSON that is not an object, a frame that breaks
   :mod:`duplexctl.protocol.server_events` (required fields missing or mistyped) or a seq at
@@ -41,7 +51,9 @@ Public API::
     cs.pending_ack() -> int | None;  cs.mark_acked(seq)
     cs.session_id, cs.resume_token, cs.attachment_generation, cs.capabilities, cs.epoch,
     cs.last_seq, cs.duplicates_dropped, cs.seq_gaps, cs.closed, cs.expired,
-    cs.responses: dict[str, ResponseTrack], cs.active_response_id, cs.checker
+    cs.responses: dict[str, ResponseTrack], cs.active_response_id, cs.checker,
+    cs.continuous_output, cs.model_native, cs.max_append_samples, cs.packet_ms(asked, rate),
+    cs.unsupported_input()
     builders (each stamps event_id): session_update, append, commit, response_create,
     response_cancel, input_audio_buffer_clear, output_audio_buffer_clear, barge_in,
     playback_ack, item_truncate, text_item, function_call_output, heartbeat, event_ack,
