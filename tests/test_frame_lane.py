@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from support.commands import admitted, run_cli_async, serve
 
+from duplexctl.report.render import plain_lines, turn_progress_line
 from duplexctl.scenario.config import CliOptions, resolve
 from duplexctl.scenario.parse import parse_scenario
 from duplexctl.scenario.runner import ReplayResult, run_replay
@@ -107,6 +108,8 @@ async def test_a_barge_in_is_the_model_ending_its_turn(lane: Lane) -> None:
     assert fig(first, "audio_ms") < 2000  # cut before the end of the 2 s answer
     assert "cancel_ack_ms" not in first["figures"]
     assert second["source"] == "interrupt.wav" and fig(second, "ttfa_ms") >= 0
+    assert "model_stop_ms=" in turn_progress_line(first)  # what a reader sees
+    assert any("model_stop_ms=" in line for line in plain_lines(report))
 
 
 async def test_a_cancel_is_acknowledged_and_the_session_goes_on(lane: Lane) -> None:
@@ -145,6 +148,9 @@ async def test_a_tool_call_is_answered_once_and_timed(lane: Lane) -> None:
     assert fig(turn, "task_ms") > fig(turn, "tool_call_ms") + fig(turn, "tool_answer_audio_ms")
     assert fig(turn, "ttfa_ms") > fig(turn, "tool_call_ms")  # the answer follows the result
     assert report["config"]["tools"][0]["name"] == "get_weather"
+    line = next(x for x in plain_lines(report) if x.startswith("turn 1 "))
+    for name in ("tool_calls=1", "tool_call_ms=", "tool_text_ms=", "tool_audio_ms=", "task_ms="):
+        assert name in line, line
 
 
 async def test_a_tool_call_nothing_answers_is_an_error(lane: Lane) -> None:
@@ -241,3 +247,12 @@ async def test_load_mix_tool_call_answers_and_times_the_calls(lane: Lane, tmp_pa
         assert report["figures"][name]["n"] == 1, name
     assert "tool calls: 1, answered 1" in stdout
     assert "SLO PASS tool_call_p95<=10s" in stdout
+
+
+async def test_pcm_f32le_input_at_16_khz(lane: Lane) -> None:
+    """The lane takes pcm16 at any rate or pcm_f32le at exactly 16 kHz (§13.1)."""
+    steps = '[session]\ninput_audio_format = "pcm_f32le"\n' + SAY.format(file="hello.wav")
+    report = ok(await replay(lane, steps))
+    assert report["config"]["input_format"] == "pcm_f32le"
+    [turn] = report["turns"]
+    assert EOU_MS <= fig(turn, "ttfa_ms") <= EOU_MS + TTFA_MS + PIPELINE_MS
