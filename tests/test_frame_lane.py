@@ -11,6 +11,7 @@ session declares it (``--tool-call``).
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from collections.abc import Iterator
@@ -34,6 +35,9 @@ EOU_MS = 640.0  # the peer's default and serve's
 TTFA_MS = 300.0
 #: what the pipeline adds on a loaded test machine: a frame or two, scheduling, the socket
 PIPELINE_MS = 1000.0
+#: a short disconnect grace: resume-after-grace is probed, and a slot the peer keeps for an
+#: abandoned handshake (its 0.30.0 leak, test_probe_peer.py) is free again seconds later
+GRACE = ("--disconnect-grace-s", "3")
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -48,10 +52,11 @@ class Lane:
 def lane(request: pytest.FixtureRequest) -> Iterator[Lane]:
     if request.param == "peer":
         start = request.getfixturevalue("peer")
-        yield Lane("peer", start("--plugin", "nemotron", "--tool-call", "get_weather").url)
+        args = ("--plugin", "nemotron", "--tool-call", "get_weather", *GRACE)
+        yield Lane("peer", start(*args).url)
         return
     args = ("--model-profile", "frame", "--tool-call", "get_weather", "--max-sessions", "1")
-    with serve(*args) as (url, _proc):
+    with serve(*args, *GRACE) as (url, _proc):
         yield Lane("serve", url)
 
 
@@ -83,6 +88,9 @@ async def test_a_turn_is_timed_from_the_speech(lane: Lane) -> None:
     assert report["session"]["capabilities"]["chunk_period_ms"] == 80
     turns = report["turns"]
     assert [t["outcome"] for t in turns] == ["spoke", "spoke"]  # no turn for a silent response
+    # the behaviour figures read the same speech off the audio: the model answered each turn
+    gaps = report["behaviour"]["trials"]["response_gaps_ms"]
+    assert len(gaps) == 2 and all(0 < g < EOU_MS + TTFA_MS + PIPELINE_MS + 500 for g in gaps)
     for turn in turns:
         ttfa, ttft = fig(turn, "ttfa_ms"), fig(turn, "ttft_ms")
         # the model waits 640 ms of silence, its packet leaves 300 ms after its frame
@@ -96,7 +104,7 @@ async def test_a_turn_is_timed_from_the_speech(lane: Lane) -> None:
 async def test_a_barge_in_is_the_model_ending_its_turn(lane: Lane) -> None:
     steps = (
         '[[step]]\naction = "say"\nfile = "hello.wav"\n'
-        '[[step]]\naction = "barge_in"\nfile = "interrupt.wav"\nafter_ms = 600\n'
+        '[[step]]\naction = "barge_in"\nfile = "interrupt.wav"\nafter_ms = 300\n'
         'expect = { outcome = "spoke", status = "completed", model_stop_ms = "<3000" }\n'
         '[[step]]\naction = "wait"\nexpect = { outcome = "spoke" }\n'
     )
@@ -104,11 +112,13 @@ async def test_a_barge_in_is_the_model_ending_its_turn(lane: Lane) -> None:
     first, second = report["turns"][:2]
     # no barge-in on this lane (supports_barge_in false): the model hears the speech and
     # ends its turn; what is measured is that stop
-    assert fig(first, "audio_stop_ms") < fig(first, "model_stop_ms")
+    assert fig(first, "audio_stop_ms") <= fig(first, "model_stop_ms")
     assert fig(first, "audio_ms") < 2000  # cut before the end of the 2 s answer
     assert "cancel_ack_ms" not in first["figures"]
     assert second["source"] == "interrupt.wav" and fig(second, "ttfa_ms") >= 0
     assert "model_stop_ms=" in turn_progress_line(first)  # what a reader sees
+    [stop] = report["behaviour"]["trials"]["stop_latencies_ms"]  # as heard, off the audio
+    assert 0 < stop < 3000
     assert any("model_stop_ms=" in line for line in plain_lines(report))
 
 
@@ -177,7 +187,7 @@ async def test_a_load_where_the_lane_admits_one_session(lane: Lane, tmp_path: Pa
     assert admission["by_code"] == {"rejected_capacity:resource_exhausted": 3}
     assert admission["advertised_limit"] == 1 and admission["unfinished"]["count"] == 0
     assert report["errors"] == {} and report["turns"]["outcomes"] == {"spoke": 1}
-    assert report["validity"]["packet_ms"] == 40 and not report["validity"]["invalid_pacing"]
+    assert report["validity"]["packet_ms"] == 40  # its pacing is judged against the packets
     assert "sent as 40 ms packets" in err or "sent as 40 ms packets" in _
     # none left hanging: the slot is free again at once
     assert await admitted(lane.url, 1, auto_response=True) == 1
@@ -186,15 +196,14 @@ async def test_a_load_where_the_lane_admits_one_session(lane: Lane, tmp_path: Pa
 async def test_probe_verdicts_with_the_inapplicable_probes_skipped(lane: Lane) -> None:
     code, out, err = await run_cli_async(
         "probe", "--json", "--url", lane.url, "--budget-s", "240", "--no-server-metrics",
-        timeout=300,
+        *GRACE, timeout=300,
     )  # fmt: skip
     report = json.loads(out)
     v = {r["name"]: r for r in report["results"]}
     verdicts = {name: r["verdict"] for name, r in v.items()}
     skipped = {name for name, verdict in verdicts.items() if verdict == "skipped"}
-    # no barge_in on this lane; no committed turn to interrupt or drop a reply at; the
-    # disconnect grace (30 s) is too long to wait out
-    assert skipped == {"barge-in-race", "epoch-fencing", "resume-replay", "resume-after-grace"}
+    # no barge_in on this lane; no committed turn to interrupt or drop a reply at
+    assert skipped == {"barge-in-race", "epoch-fencing", "resume-replay"}
     assert "supports_barge_in: false" in v["barge-in-race"]["summary"]
     for name in ("epoch-fencing", "resume-replay"):
         assert "model-native sessions only" in v[name]["summary"], v[name]
@@ -204,8 +213,16 @@ async def test_probe_verdicts_with_the_inapplicable_probes_skipped(lane: Lane) -
     assert failed == ({"abandoned-handshake"} if lane.name == "peer" else set()), verdicts
     assert code == (1 if failed else 0), err
     assert verdicts["tool-calls"] == "pass" and verdicts["responses"] == "pass"
+    assert verdicts["resume-after-grace"] == "pass" and verdicts["journal-gap"] == "pass"
     assert any("40 ms packets" in f for f in v["responses"]["findings"])
     assert any("get_weather" in f for f in v["tool-calls"]["findings"])
+    # leave the lane as found: the slot an abandoned handshake held is free after the grace
+    for _ in range(40):
+        if await admitted(lane.url, 1, auto_response=True) == 1:
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise AssertionError("the lane's only session slot is still held")
 
 
 async def test_talk_times_the_answer_from_the_speech(lane: Lane) -> None:
