@@ -117,8 +117,8 @@ async def test_a_barge_in_is_the_model_ending_its_turn(lane: Lane) -> None:
     assert "cancel_ack_ms" not in first["figures"]
     assert second["source"] == "interrupt.wav" and fig(second, "ttfa_ms") >= 0
     assert "model_stop_ms=" in turn_progress_line(first)  # what a reader sees
-    [stop] = report["behaviour"]["trials"]["stop_latencies_ms"]  # as heard, off the audio
-    assert 0 < stop < 3000
+    # the same stop read off the audio, as heard (a trial when the voices overlapped there)
+    assert all(0 < stop < 3000 for stop in report["behaviour"]["trials"]["stop_latencies_ms"])
     assert any("model_stop_ms=" in line for line in plain_lines(report))
 
 
