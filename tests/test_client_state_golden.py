@@ -394,3 +394,43 @@ def test_nemotron_cancel_starts_a_new_epoch(load_wire: Any) -> None:
     ]
     assert cs.epoch == 1
     assert any("epoch 1" in t.transcript for t in cs.responses.values())
+
+
+def test_an_answer_ends_after_a_second_of_silence_unless_its_text_goes_on() -> None:
+    """docs/protocol.md §13.2: without a response.done, a second of silent packets after the
+    model's voice ends its answer; text still arriving means it is still answering."""
+
+    def packets(
+        cs: ClientSession, rid: str, t0: int, n: int, *, audible: bool, text: str = ""
+    ) -> list[Happening]:
+        out: list[Happening] = []
+        level = 3000 if audible else 0
+        pcm16 = (level).to_bytes(2, "little", signed=True) * 1764
+        for k in range(n):
+            t = t0 + k * 80
+            delta = {
+                "type": "response.output_audio.delta", "response_id": rid,
+                "delta": base64.b64encode(pcm16).decode(), "sample_rate_hz": 22050,
+            }  # fmt: skip
+            out += cs.on_frame(delta, t * 1_000_000)
+            if text:
+                transcript = {"type": names.TRANSCRIPT_DELTA, "response_id": rid, "delta": text}
+                out += cs.on_frame(transcript, t * 1_000_000 + 1)
+        return out
+
+    for text, ended in (("", True), (" word", False)):
+        cs = ClientSession()
+        cs.on_frame(
+            {
+                "type": "session.created",
+                "session": {"capabilities": {"implementation_level": "model_native_duplex"}},
+            },
+            0,
+        )
+        rid = "resp-duplex-" + "a" * 32 + "-0-00000001"
+        hs = packets(cs, rid, 0, 3, audible=False)  # a response that opens with silence
+        assert cs.continuous_output
+        hs += packets(cs, rid, 240, 10, audible=True, text=" hello")
+        hs += packets(cs, rid, 1040, 14, audible=False, text=text)  # 1120 ms of silence
+        ends = [h for h in hs if isinstance(h, AnswerEnded)]
+        assert [h.by for h in ends] == (["silence"] if ended else [])

@@ -24,7 +24,7 @@ from support.commands import admitted, run_cli_async, serve
 
 from duplexctl.report.render import plain_lines, turn_progress_line
 from duplexctl.scenario.config import CliOptions, resolve
-from duplexctl.scenario.parse import parse_scenario
+from duplexctl.scenario.parse import load_scenario, parse_scenario
 from duplexctl.scenario.runner import ReplayResult, run_replay
 from duplexctl.talk.config import InputFileSpec, TalkConfig
 from duplexctl.talk.session import run_talk
@@ -141,15 +141,9 @@ TOOLS = '[[session.tools]]\ntype = "function"\nname = "get_weather"\n'
 
 
 async def test_a_tool_call_is_answered_once_and_timed(lane: Lane) -> None:
-    steps = (
-        TOOLS
-        + '[[step]]\naction = "say"\nfile = "hello.wav"\n'
-        + '[[step]]\naction = "tool_output"\nlatency_ms = 300\n'
-        + 'output = { city = "Paris", temperature_c = 21 }\n'
-        + 'expect = { tool_calls = 1, tool_outputs = 1, tool_call_ms = "<8000" }\n'
-        + '[[step]]\naction = "wait"\nexpect = { outcome = "spoke", task_ms = "<30000" }\n'
-    )
-    report = ok(await replay(lane, steps))
+    scenario = load_scenario(RECORDINGS / "tool_call.toml")  # bundled: tools, tool_output
+    result = await run_replay(scenario, resolve(CliOptions(), scenario.settings), lane.url)
+    report = ok(result)
     [turn] = report["turns"]
     # speech end -> the call (the turn's end, then the call's JSON one token per frame),
     # output sent -> first answer text and audio (the result read one token per frame)

@@ -289,7 +289,7 @@ class Malformed(Happening):
 
 
 #: on a lane that streams silence too, this much silence after the model's last audible packet
-#: ends its answer when no ``response.done`` has (docs/protocol.md §13.2)
+#: (and its last text) ends its answer when no ``response.done`` has (docs/protocol.md §13.2)
 ANSWER_END_SILENCE_MS: Final = 1000.0
 #: a model-native lane whose response opens with this many silent packets streams silence
 #: too (one quiet first chunk of a reply is no such lane)
@@ -976,6 +976,7 @@ class ClientSession:
         if not delta:
             return
         track.text_ns.append(recv_ns)
+        track.silent_since_ms = None  # still speaking (its text runs ahead of its audio)
         if track.first_text_ns is None:
             track.first_text_ns = recv_ns
         if self.continuous_output:
