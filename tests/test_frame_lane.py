@@ -81,6 +81,7 @@ def ok(result: ReplayResult) -> dict[str, Any]:
 SAY = '[[step]]\naction = "say"\nfile = "{file}"\n[[step]]\naction = "wait"\n'
 
 
+@pytest.mark.timing
 async def test_a_turn_is_timed_from_the_speech(lane: Lane) -> None:
     report = ok(await replay(lane, SAY.format(file="hello.wav") + SAY.format(file="followup.wav")))
     # the lane's 80 ms step makes 40 ms packets of the default 100 ms appends
@@ -219,6 +220,7 @@ async def test_probe_verdicts_with_the_inapplicable_probes_skipped(lane: Lane) -
         raise AssertionError("the lane's only session slot is still held")
 
 
+@pytest.mark.timing
 async def test_talk_times_the_answer_from_the_speech(lane: Lane) -> None:
     out = io.StringIO()
     config = TalkConfig(
@@ -260,6 +262,7 @@ async def test_load_mix_tool_call_answers_and_times_the_calls(lane: Lane, tmp_pa
     assert "SLO PASS tool_call_p95<=10s" in stdout
 
 
+@pytest.mark.timing
 async def test_pcm_f32le_input_at_16_khz(lane: Lane) -> None:
     """The lane takes pcm16 at any rate or pcm_f32le at exactly 16 kHz (§13.1)."""
     steps = '[session]\ninput_audio_format = "pcm_f32le"\n' + SAY.format(file="hello.wav")
