@@ -9,6 +9,7 @@ PortAudio. Errors of :mod:`duplexctl.errors` become one line on stderr and their
 from __future__ import annotations
 
 import functools
+import json
 import signal
 import sys
 from collections.abc import Callable
@@ -81,6 +82,24 @@ VadSilenceOption = Annotated[
     typer.Option(
         "--vad-silence-ms",
         help="Server VAD silence that ends a turn, sent as silence_duration_ms (default 800).",
+        show_default=False,
+    ),
+]
+ToolsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tools",
+        help="JSON file of the function tools the model may call, sent in the opening "
+        "session.update (docs/protocol.md §13.4).",
+        show_default=False,
+    ),
+]
+ToolOutputsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tool-outputs",
+        help='JSON file answering tool calls: {"name": output} or {"name": {"output": …, '
+        '"latency_ms": N}} (the simulated time the tool takes).',
         show_default=False,
     ),
 ]
@@ -253,9 +272,30 @@ def serve(
         str,
         typer.Option(
             help="native: MiniCPM-o-like (auto_response allowed); turn: Qwen3-Omni-like "
-            "(commit or server VAD only)."
+            "(commit or server VAD only); frame: Nemotron VoiceChat-like (80 ms frames, one "
+            "output packet per frame, auto_response only, tool calls)."
         ),
     ] = "native",
+    tool_call: Annotated[
+        str | None,
+        typer.Option(
+            help="frame profile: on a session's first turn the model calls this tool (when "
+            "the session declares it) and answers after its function_call_output."
+        ),
+    ] = None,
+    tool_args: Annotated[
+        str, typer.Option(help="frame profile: the arguments of --tool-call (a JSON object).")
+    ] = '{"city": "Paris"}',
+    eou_ms: Annotated[
+        float,
+        typer.Option(
+            help="frame profile: silence after the user's speech before the model speaks."
+        ),
+    ] = 640.0,
+    barge_in_ms: Annotated[
+        float,
+        typer.Option(help="frame profile: speech over the answer before the model stops."),
+    ] = 240.0,
     voice: Annotated[str, typer.Option(help="Simulated reply: tone or echo.")] = "tone",
     reply_seconds: Annotated[float, typer.Option(help="Length of a tone reply.")] = 2.0,
     ttfa_ms: Annotated[float, typer.Option(help="Simulated time to first audio.")] = 300.0,
@@ -322,11 +362,22 @@ def serve(
             seed=seed,
             faults=faults,
             behaviour=behaviours,
+            tool_call=tool_call,
+            tool_args=tool_args,
+            eou_ms=eou_ms,
+            barge_in_ms=barge_in_ms,
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    if model_profile not in ("native", "turn"):
-        raise BadInput(f"--model-profile must be native or turn, not {model_profile!r}")
+    if model_profile not in ("native", "turn", "frame"):
+        raise BadInput(f"--model-profile must be native, turn or frame, not {model_profile!r}")
+    if tool_call is not None and model_profile != "frame":
+        raise BadInput("--tool-call needs --model-profile frame (the lane with tool calls)")
+    try:
+        if not isinstance(json.loads(tool_args), dict):
+            raise ValueError
+    except ValueError:
+        raise BadInput(f"--tool-args must be a JSON object, not {tool_args!r}") from None
     if voice not in ("tone", "echo"):
         raise BadInput(f"--voice must be tone or echo, not {voice!r}")
     if max_sessions < 1:
@@ -396,6 +447,8 @@ def replay(
     prebuffer_ms: Annotated[
         float | None, typer.Option(help="Simulated playback jitter buffer (default 100).")
     ] = None,
+    tools: ToolsOption = None,
+    tool_outputs: ToolOutputsOption = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON report on stdout instead of tables.")
     ] = False,
@@ -446,6 +499,8 @@ def replay(
         pace=pace,
         response_timeout_s=response_timeout_s,
         prebuffer_ms=prebuffer_ms,
+        tools=tools,
+        tool_outputs=tool_outputs,
     )
 
     def progress(line: str) -> None:
@@ -513,12 +568,9 @@ def replay(
     if result.interrupted:
         print("duplexctl: interrupted: partial results", file=sys.stderr)
     elif result.exit_code == 1:
-        failed = len(result.failed_expectations)
-        bits = [f"{failed} expectation(s) failed"] if failed else []
-        if result.violations:
-            bits.append(f"{result.violations} protocol violation(s)")
-        bits += result.problems[:3]
-        print(f"duplexctl: check failed: {'; '.join(bits)}", file=sys.stderr)
+        bits = result.failure_reasons()
+        reasons = [b for b in bits if b not in result.problems] + result.problems[:3]
+        print(f"duplexctl: check failed: {'; '.join(reasons)}", file=sys.stderr)
         missing = (result.report.get("needs_behaviour") or {}).get("missing")
         if missing:
             print(f"duplexctl: note: {missing}", file=sys.stderr)
@@ -797,6 +849,12 @@ def probe(
             "flags (probes always commit turns themselves); the rest is sent as is.",
         ),
     ] = None,
+    tools: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON file of the tools the tool-calls probe declares (default: get_weather)."
+        ),
+    ] = None,
     list_probes: Annotated[
         bool, typer.Option("--list", help="List the probes and what each catches.")
     ] = False,
@@ -843,6 +901,7 @@ def probe(
         model=model,
         ref_audio=ref_audio,
         session_file=session_file,
+        tools=tools,
         scrape=scrape_options(server_metrics, no_server_metrics, scrape_interval),
     )
     _say_notes(config.settings.notes)
@@ -932,8 +991,13 @@ def load(
     warmup: Annotated[str, typer.Option(help="Warm-up, excluded from figures.")] = "0s",
     mix: Annotated[
         str | None,
-        typer.Option(help="Per-turn behaviours: barge_in=0.2,cancel=0.1,drop_resume=0.05."),
+        typer.Option(
+            help="Per-turn behaviours: barge_in=0.2,cancel=0.1,drop_resume=0.05,tool_call=0.3 "
+            "(tool_call: needs --tools and --tool-outputs)."
+        ),
     ] = None,
+    tools: ToolsOption = None,
+    tool_outputs: ToolOutputsOption = None,
     slo: Annotated[
         list[str] | None, typer.Option(help='Threshold, e.g. "ttfa_p95<=800ms" (repeatable).')
     ] = None,
@@ -1123,6 +1187,8 @@ def load(
         send_phases=send_phases,
         prebuffer_ms=prebuffer_ms,
         response_timeout_s=response_timeout_s,
+        tools=None if tools is None else str(tools),
+        tool_outputs=None if tool_outputs is None else str(tool_outputs),
         sessions=sessions,
         rate=rate,
         arrival=arrival,

@@ -87,6 +87,8 @@ class Settings:
     pace: Pace | None = None
     response_timeout_s: float | None = None
     prebuffer_ms: float | None = None
+    tools: Any = None  # a JSON file (path) or the list itself
+    tool_outputs: Any = None  # a JSON file (path) or the table itself
     session: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None
 
@@ -169,6 +171,8 @@ DEFAULTS: Final[dict[str, tuple[Any, Any, Any, Any]]] = {
     "pace":               (Pace.REALTIME,   Fixed(Pace.REALTIME),  NA,             NA),
     "response_timeout_s": (20.0,            20.0,                  NA,             NA),
     "prebuffer_ms":       (100.0,           0.0,                   0.0,            NA),
+    "tools":              (None,            None,                  NA,             NA),
+    "tool_outputs":       (None,            None,                  NA,             NA),
 }
 # fmt: on
 
@@ -185,6 +189,7 @@ SESSION_KEYS: Final[dict[tuple[str, ...], str]] = {
     ("sample_rate_hz",): "input_rate",
     ("output_audio_format",): "output_format",
     ("audio", "output", "sample_rate_hz"): "output_rate",
+    ("tools",): "tools",
 }
 
 
@@ -264,6 +269,62 @@ def _ref_audio(value: Any) -> str | Path:
     raise ValueError(f"must be a file name or a data: URI, not {value!r}")
 
 
+def _json_file(value: Any) -> Any:
+    """The JSON document of a file named by ``value`` (a path), or ``value`` itself."""
+    if not isinstance(value, Path | str):
+        return value
+    path = Path(value)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    """Function tools for the session (docs/protocol.md §13.4): a list (or ``{"tools": […]}``)
+    of ``{"type": "function", "name": …}`` or ``{"type": "function", "function": {"name": …}}``;
+    a file name is read."""
+    doc = _json_file(value)
+    if isinstance(doc, dict) and "tools" in doc:
+        doc = doc["tools"]
+    if not isinstance(doc, list):
+        raise ValueError(f"must be a list of function tools, not {type(doc).__name__}")
+    for i, tool in enumerate(doc):
+        spec = tool.get("function") if isinstance(tool, dict) else None
+        flat = spec if isinstance(spec, dict) else tool
+        name = flat.get("name") if isinstance(flat, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"tool {i + 1} has no function name")
+        if isinstance(tool, dict) and tool.get("type", "function") != "function":
+            raise ValueError(f"tool {name!r}: type must be function, not {tool.get('type')!r}")
+    return copy.deepcopy(doc)
+
+
+def _tool_outputs(value: Any) -> dict[str, dict[str, Any]]:
+    """What the client answers each tool with: ``{name: output}`` or ``{name: {"output": …,
+    "latency_ms": N}}`` (the simulated time the tool takes); an output that is not a string
+    is sent as its JSON text. A file name is read."""
+    doc = _json_file(value)
+    if not isinstance(doc, dict):
+        raise ValueError(f"must be an object of tool name -> output, not {type(doc).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in doc.items():
+        latency: Any = 0.0
+        if isinstance(entry, dict) and "output" in entry:
+            latency = entry.get("latency_ms", 0.0)
+            unknown = sorted(set(entry) - {"output", "latency_ms"})
+            if unknown:
+                raise ValueError(f"{name}: unknown key {unknown[0]!r} (output, latency_ms)")
+            entry = entry["output"]
+        if not _is_number(latency) or latency < 0:
+            raise ValueError(f"{name}: latency_ms must be a number >= 0, not {latency!r}")
+        output = entry if isinstance(entry, str) else json.dumps(entry)
+        out[str(name)] = {"output": output, "latency_ms": float(latency)}
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Spec:
     """One setting: its flag (how the command line spells it) and its check."""
@@ -289,6 +350,8 @@ SPECS: Final[dict[str, Spec]] = {
     "pace": Spec("--pace", _pace),
     "response_timeout_s": Spec("--response-timeout-s", _positive),
     "prebuffer_ms": Spec("--prebuffer-ms", _non_negative),
+    "tools": Spec("--tools", _tools),
+    "tool_outputs": Spec("--tool-outputs", _tool_outputs),
 }
 assert SPECS.keys() == DEFAULTS.keys()
 
@@ -299,7 +362,8 @@ SCENARIO_SETTINGS: Final = frozenset(name for name, spec in SPECS.items() if spe
 FLAGS: Final[dict[Command, frozenset[str]]] = {
     Command.REPLAY: SCENARIO_SETTINGS,
     Command.LOAD: SCENARIO_SETTINGS - {"pace"},
-    Command.TALK: SCENARIO_SETTINGS - {"commit", "pace", "response_timeout_s"},
+    Command.TALK: SCENARIO_SETTINGS
+    - {"commit", "pace", "response_timeout_s", "tools", "tool_outputs"},
     Command.PROBE: frozenset({"model", "ref_audio"}),
 }
 
@@ -412,6 +476,7 @@ class RunSettings:
             input_rate=v["input_rate"],
             output_format=v["output_format"],
             output_rate=v["output_rate"],
+            tools=v.get("tools"),
             extra=copy.deepcopy(dict(self.session_extra)),
             vad_options=copy.deepcopy(dict(self.vad_options)),
         )

@@ -17,9 +17,12 @@ import pytest
 
 from duplexctl.protocol import names
 from duplexctl.protocol.client_state import (
+    AnswerEnded,
+    AnswerStarted,
     AudioDelta,
     ClientSession,
     ErrorReceived,
+    FunctionCall,
     Happening,
     Listen,
     ResponseDone,
@@ -95,16 +98,22 @@ def of(happenings: Feed, kind: type[Happening]) -> list[Any]:
 
 @pytest.mark.parametrize("name", ALL_FILES)
 def test_every_transcript_digests_without_violations(name: str, load_wire: Any) -> None:
-    assert len(ALL_FILES) == 19
+    assert len(ALL_FILES) == 24
+    nemotron = name.startswith("nemotron_")
     for cs, happenings in digest(name, load_wire):
         assert happenings, f"{name}: no happenings"
         assert cs.checker.violations == [], f"{name}: {cs.checker.violations}"
         assert cs.seq_gaps == 0 and cs.duplicates_dropped == 0
+        # Nemotron streams one packet per frame, silence included: its lane is continuous
+        assert cs.continuous_output is nemotron
         for delta in of(happenings, AudioDelta):
             assert delta.decode_error is None
-            assert delta.format == "pcm16" and delta.sample_rate_hz == 24000
-            # the recording cut each chunk's base64 to 4000 chars: 3000 bytes decode
-            assert len(delta.pcm) == 3000
+            rate = 22050 if nemotron else 24000
+            assert delta.format == "pcm16" and delta.sample_rate_hz == rate
+            # the recording cut each audible chunk's base64 to 4000 chars (3000 bytes), a
+            # silent one of Nemotron's to 128 (96 bytes)
+            assert len(delta.pcm) == (3000 if delta.audible else 96)
+            assert delta.audible or nemotron
 
 
 def single(name: str, load_wire: Any) -> tuple[ClientSession, Feed]:
@@ -320,3 +329,108 @@ def test_truncated_payload_at_odd_boundary_still_decodes() -> None:
     )
     assert isinstance(delta, AudioDelta) and len(delta.pcm) == 750
     assert delta.decode_error is not None
+
+
+# -- Nemotron VoiceChat: a lane that streams silence too (docs/protocol.md §13) ---------------
+
+
+def answers(hs: Feed) -> list[tuple[str, str, int]]:
+    """(kind, response id, recv ms) of every AnswerStarted / AnswerEnded, in order."""
+    return [
+        (h.type, h.response_id, h.recv_ns // 1_000_000)
+        for h in hs
+        if isinstance(h, (AnswerStarted, AnswerEnded))
+    ]
+
+
+def test_nemotron_answer_is_found_in_the_text_and_audio(load_wire: Any) -> None:
+    cs, hs = single("nemotron_plain", load_wire)
+    assert cs.continuous_output and cs.packet_ms(100, 16000).packet_ms == 40
+    first, second = (cs.responses[rid] for rid in cs.response_order)
+    # the first response opened at 398 ms, with silence, long before the model spoke ...
+    assert first.created_ns // 1_000_000 == 398 and first.first_audio_ns < first.first_text_ns
+    # ... its answer starts with the first non-empty transcript delta ("This", 4997 ms) and
+    # ends with its response.done (7039 ms); the second response never speaks
+    assert answers(hs) == [
+        ("answer.started", first.response_id, 4997),
+        ("answer.ended", first.response_id, 7039),
+    ]
+    assert first.answer_end_by == "response.done"
+    assert first.first_audible_ns // 1_000_000 == 5196 and first.speech_start_ms == 6320
+    assert first.transcript.startswith("This is the fake vLLM-Omni peer")
+    audible = [d for d in of(hs, AudioDelta) if d.audible]
+    assert {d.response_id for d in audible} == {first.response_id}
+    assert second.first_audible_ns is None and second.answer_start_ns is None
+
+
+def test_nemotron_tool_call_is_a_call_not_an_answer(load_wire: Any) -> None:
+    for name in ("nemotron_tool", "nemotron_tool_40ms"):
+        cs, hs = single(name, load_wire)
+        [call] = of(hs, FunctionCall)
+        assert (call.name, call.arguments) == ("get_weather", '{"city":"Paris"}')
+        assert call.call_id.startswith("call_") and call.response_id.startswith("resp_")
+        assert cs.responses[call.response_id].kind == "function_call"
+        # the answer comes after the output, inside the audio response that stayed open
+        [(_, rid, started), (_, rid2, _ended)] = answers(hs)
+        assert rid == rid2 != call.response_id and started * 1_000_000 > call.recv_ns
+        assert "get_weather returned" in cs.responses[rid].transcript
+
+
+def test_nemotron_barge_in_is_the_model_ending_its_turn(load_wire: Any) -> None:
+    cs, _ = single("nemotron_bargein", load_wire)
+    spoken = [cs.responses[rid] for rid in cs.response_order if cs.responses[rid].answer_start_ns]
+    assert len(spoken) == 2  # the interrupted answer, then the answer to the interruption
+    cut, answer = spoken
+    assert (cut.status, cut.reason) == ("completed", "stop")
+    assert len(cut.transcript) < len(answer.transcript)
+    assert cs.epoch == 0  # no cancel: no new epoch
+
+
+def test_nemotron_cancel_starts_a_new_epoch(load_wire: Any) -> None:
+    cs, _ = single("nemotron_cancel", load_wire)
+    cancelled = [t for t in cs.responses.values() if t.status == "cancelled"]
+    assert [(t.reason, t.answer_end_by) for t in cancelled] == [
+        ("client_cancelled", "response.done")
+    ]
+    assert cs.epoch == 1
+    assert any("epoch 1" in t.transcript for t in cs.responses.values())
+
+
+def test_an_answer_ends_after_a_second_of_silence_unless_its_text_goes_on() -> None:
+    """docs/protocol.md §13.2: without a response.done, a second of silent packets after the
+    model's voice ends its answer; text still arriving means it is still answering."""
+
+    def packets(
+        cs: ClientSession, rid: str, t0: int, n: int, *, audible: bool, text: str = ""
+    ) -> list[Happening]:
+        out: list[Happening] = []
+        level = 3000 if audible else 0
+        pcm16 = (level).to_bytes(2, "little", signed=True) * 1764
+        for k in range(n):
+            t = t0 + k * 80
+            delta = {
+                "type": "response.output_audio.delta", "response_id": rid,
+                "delta": base64.b64encode(pcm16).decode(), "sample_rate_hz": 22050,
+            }  # fmt: skip
+            out += cs.on_frame(delta, t * 1_000_000)
+            if text:
+                transcript = {"type": names.TRANSCRIPT_DELTA, "response_id": rid, "delta": text}
+                out += cs.on_frame(transcript, t * 1_000_000 + 1)
+        return out
+
+    for text, ended in (("", True), (" word", False)):
+        cs = ClientSession()
+        cs.on_frame(
+            {
+                "type": "session.created",
+                "session": {"capabilities": {"implementation_level": "model_native_duplex"}},
+            },
+            0,
+        )
+        rid = "resp-duplex-" + "a" * 32 + "-0-00000001"
+        hs = packets(cs, rid, 0, 3, audible=False)  # a response that opens with silence
+        assert cs.continuous_output
+        hs += packets(cs, rid, 240, 10, audible=True, text=" hello")
+        hs += packets(cs, rid, 1040, 14, audible=False, text=text)  # 1120 ms of silence
+        ends = [h for h in hs if isinstance(h, AnswerEnded)]
+        assert [h.by for h in ends] == (["silence"] if ended else [])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 
 import pytest
-from support.engine import MIB, replay, tokens, turn_config
+from support.engine import MIB, frame_config, frame_tokens, replay, tokens, turn_config
 
 # realtime_factor 0 where the client only reacts after the answer; 1 where the client
 # interrupts or overlaps an answer that must still be running
@@ -83,3 +83,35 @@ async def test_server_vad_positions_match_recording(name: str) -> None:
         assert len(ours) == len(recorded), etype
         for mine, theirs in zip(ours, recorded, strict=True):
             assert abs(mine - theirs) <= 150, (etype, ours, recorded)
+
+
+# The Nemotron VoiceChat recordings against the frame profile (docs/protocol.md §13): the
+# same responses, tool-call fan-out, item events, answers and terminal statuses, in order
+# (support.engine.frame_tokens says what is left to timing). The client streams silence
+# while it waits for the call it answers (the frame-locked model advances only on frames).
+NEMOTRON = [
+    "nemotron_plain",
+    "nemotron_tool",
+    "nemotron_tool_40ms",
+    "nemotron_bargein",
+    "nemotron_cancel",
+]
+
+
+@pytest.mark.parametrize("name", NEMOTRON)
+async def test_frame_profile_against_nemotron(name: str) -> None:
+    result = await replay(
+        name,
+        frame_config(),
+        anchors=("response.function_call_arguments.done", "answer"),
+        silence_before_close_ms=4000,
+        stream_while_waiting=True,
+    )
+    recorded, ours = frame_tokens(result.recorded_seq), frame_tokens(result.ours.events)
+    diff = "\n".join(difflib.unified_diff(recorded, ours, "recorded", "engine", lineterm=""))
+    assert ours == recorded, diff
+    started = "input_audio_buffer.speech_started"
+    assert result.ours.of(started) and len(result.ours.of(started)) == sum(
+        e["type"] == started for e in result.recorded_seq
+    )
+    assert [e["error"]["code"] for e in result.ours.unsequenced] == result.recorded_unseq_codes

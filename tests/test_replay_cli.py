@@ -131,7 +131,7 @@ def test_malformed_scenario_is_2_with_one_line(tmp_path: Path) -> None:
     assert code == 2
     assert err.strip() == (
         f"duplexctl: error: {scenario}: step 1: unknown action 'bargein' "
-        "(expected one of barge_in, cancel, commit, drop, pause, say, silence, wait)"
+        "(expected one of barge_in, cancel, commit, drop, pause, say, silence, tool_output, wait)"
     )
 
 

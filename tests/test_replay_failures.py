@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from duplexctl.client.causes import Cause
+from duplexctl.client.connection import OpenFailed
 from duplexctl.report.render import plain_lines, turn_progress_line
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.clips import AppendCache
@@ -102,6 +104,8 @@ async def test_a_committed_turn_without_an_answer_is_an_error(
     assert result.exit_code == 1 and report["exit_code"] == 1
     lines = plain_lines(report)
     assert "errors: 1 turn(s) without an answer" in lines
+    # the CLI's "check failed:" line names it (issue 30: it was empty)
+    assert result.failure_reasons() == ["1 turn(s) without an answer"]
 
 
 async def test_headless_counts_an_unanswered_turn_as_an_error(quiet_server: str) -> None:
@@ -197,3 +201,34 @@ async def test_expectations_fail_on_drops() -> None:
     assert healthy.report["expectations"]["failed"] == []
     assert healthy.exit_code == 0
     assert "connection: no drops" in plain_lines(healthy.report)
+
+
+# -- issue 30: a lane duplexctl cannot drive (video on every append: AURA Omni) ---------------
+
+
+async def test_a_server_that_needs_video_is_refused_and_its_session_closed() -> None:
+    """docs/protocol.md §13.5: the session opens, its capabilities require video_frames on
+    every append, duplexctl sends audio only: it closes the session and says why."""
+    received: list[str] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        async for raw in ws:
+            event = json.loads(raw)
+            received.append(event.get("type"))
+            if event.get("type") == "session.update":
+                caps = {"required_input_modalities": ["video"], "chunk_period_ms": 1000}
+                session = {"id": "duplex-" + "v" * 32, "capabilities": caps}
+                await ws.send(json.dumps({"type": "session.created", "session": session}))
+            elif event.get("type") == "session.close":
+                closed = {"type": "session.closed", "reason": "client_close", "server_event_seq": 1}
+                await ws.send(json.dumps(closed))
+                return
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/realtime?duplex=1"
+        with pytest.raises(OpenFailed) as failed:
+            await _replay(_say_wait(1), url)
+    assert failed.value.cause == Cause.UNSUPPORTED_INPUT and failed.value.exit_code == 3
+    assert "requires video_frames on every append" in str(failed.value)
+    assert "duplexctl sends audio only" in str(failed.value)
+    assert received == ["session.update", "session.close"]  # nothing appended, then closed

@@ -250,3 +250,42 @@ def test_the_help_states_the_defaults_of_the_table() -> None:
                 stated += 1
                 assert float(found.group(1)) == defaults(command)[name], (command, name)
     assert stated >= 8
+
+
+def test_tools_and_tool_outputs_rank_as_settings_and_are_checked(tmp_path: Path) -> None:
+    """docs/protocol.md §13.4: ``--tools`` beats ``[session] tools``; ``--tool-outputs`` maps
+    a tool name to its output (a JSON value is sent as its text) and a simulated latency."""
+    weather = [{"type": "function", "name": "get_weather"}]
+    nested = [{"type": "function", "function": {"name": "get_time"}}]
+    flag = session(tmp_path, nested, "tools.json")
+    text = '[[step]]\naction = "say"\nfile = "hello.wav"\n'
+    scenario = parse_scenario(
+        '[[session.tools]]\ntype = "function"\nname = "get_weather"\n' + text,
+        ROOT / "recordings" / "x.toml",
+    )
+    run = resolve(Command.REPLAY, scenario=scenario.settings)
+    assert run["tools"] == weather and run.origins["tools"] is Origin.SCENARIO
+    assert run.session_settings().to_session_object()["tools"] == weather
+    run = resolve(Command.REPLAY, scenario=scenario.settings, flags={"tools": flag})
+    assert run["tools"] == nested and run.origins["tools"] is Origin.FLAG
+    assert "tools" not in resolve(Command.REPLAY).session_settings().to_session_object()
+    outputs = session(
+        tmp_path, {"get_weather": {"output": {"t": 21}, "latency_ms": 300}, "x": "y"}, "o.json"
+    )
+    config = ReplayConfig.from_run(resolve(Command.LOAD, flags={"tool_outputs": outputs}))
+    assert config.tool_outputs == {
+        "get_weather": {"output": '{"t": 21}', "latency_ms": 300.0},
+        "x": {"output": "y", "latency_ms": 0.0},
+    }
+    for bad, message in (
+        ([{"type": "function"}], "tool 1 has no function name"),
+        ({"a": 1}, "must be a list of function tools"),
+        ([{"type": "code", "name": "x"}], "type must be function"),
+    ):
+        with pytest.raises(BadInput, match=f"--tools .*{message}"):
+            resolve(Command.REPLAY, flags={"tools": session(tmp_path, bad, "bad.json")})
+    with pytest.raises(BadInput, match=r"--tool-outputs .*latency_ms must be a number >= 0"):
+        bad_out = session(tmp_path, {"t": {"output": "x", "latency_ms": -1}}, "bo.json")
+        resolve(Command.REPLAY, flags={"tool_outputs": bad_out})
+    with pytest.raises(BadInput, match=r"--tools .*cannot read"):
+        resolve(Command.REPLAY, flags={"tools": tmp_path / "missing.json"})

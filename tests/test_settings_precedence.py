@@ -63,6 +63,9 @@ VALUES: dict[str, tuple[Any, Any, Any]] = {
     "pace": ("fast", None, "realtime"),
     "response_timeout_s": (12.5, None, 7.0),
     "prebuffer_ms": (40.0, None, 60.0),
+    # a tool list or table in a scenario is a TOML table: test_resolver.py covers that layer
+    "tools": (None, [{"type": "function", "name": "t-s"}], [{"type": "function", "name": "t-f"}]),
+    "tool_outputs": (None, None, {"t": {"output": "x", "latency_ms": 1.0}}),
 }
 # Load's default turn detection is none: start its layers from server_vad instead.
 LOAD_TURN_DETECTION = ("server_vad", "none", "server_vad")

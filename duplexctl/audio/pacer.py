@@ -259,6 +259,11 @@ class Pacer:
         self.t0: float | None = None
         self.index = 0  # index of the next chunk
         self.lag = SendLag(chunk_ms)
+        # where the current chunk size took over (retime): its first chunk's index, user
+        # timeline position (ms) and due time (s, None until t0 is fixed)
+        self._base_index = 0
+        self._base_ms = 0.0
+        self._base_t: float | None = None
 
     def now(self) -> float:
         return self._clock()
@@ -271,7 +276,33 @@ class Pacer:
                 self._grid.leave(self._phase)
             self._phase, t0 = self._grid.join(self.now())
         self.t0 = self.now() if t0 is None else t0
+        if self._base_t is None or self._base_index == 0:
+            self._base_t = self.t0
         return self.t0
+
+    def retime(self, chunk_ms: int) -> None:
+        """From the next chunk on, cut ``chunk_ms`` appends (a lane's cadence, learned once
+        the session is open: :mod:`duplexctl.protocol.cadence`). The user timeline and the
+        schedule go on from where they are: the next chunk starts where the last one ended
+        and is due when it would have been."""
+        samples = self.rate * chunk_ms / 1000.0
+        if chunk_ms <= 0 or samples != math.floor(samples):
+            raise ValueError(
+                f"chunk_ms={chunk_ms} is not a whole number of samples at {self.rate} Hz"
+            )
+        if chunk_ms == self.chunk_ms:
+            return
+        base_t = self.scheduled(self.index) if self.t0 is not None else None
+        self._base_ms = self._start_ms(self.index)
+        self._base_index = self.index
+        self._base_t = base_t
+        self.chunk_ms = chunk_ms
+        self.chunk_samples = int(samples)
+        self.lag.chunk_ms = chunk_ms
+
+    def _start_ms(self, index: int) -> float:
+        """User-timeline start (ms) of chunk ``index``."""
+        return self._base_ms + (index - self._base_index) * self.chunk_ms
 
     def close(self) -> None:
         """Give the grid phase back (a no-op without a grid); the pacer may not be reused."""
@@ -281,9 +312,9 @@ class Pacer:
 
     def scheduled(self, index: int) -> float:
         """Due time of chunk ``index``; computed from t0 each time, so it cannot drift."""
-        if self.t0 is None:
+        if self.t0 is None or self._base_t is None:
             raise RuntimeError("pacer not started")
-        return self.t0 + index * self.chunk_ms / 1000.0
+        return self._base_t + (index - self._base_index) * self.chunk_ms / 1000.0
 
     def take(self, scheduled: float | None = None) -> Chunk | None:
         """The next chunk without waiting (None once the source is finished); starts the
@@ -295,11 +326,12 @@ class Pacer:
         k = self.index
         self.index += 1
         samples, silent, origin = self.source.read(self.chunk_samples)
+        start_ms = self._start_ms(k)
         return Chunk(
             index=k,
             samples=samples,
-            audio_start_ms=float(k * self.chunk_ms),
-            audio_end_ms=float((k + 1) * self.chunk_ms),
+            audio_start_ms=float(start_ms),
+            audio_end_ms=float(start_ms + self.chunk_ms),
             scheduled=self.scheduled(k) if scheduled is None else scheduled,
             silent=silent,
             origin=origin,

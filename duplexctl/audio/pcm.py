@@ -186,6 +186,21 @@ def duration_ms(n_bytes: int, fmt: str, rate: int) -> float:
     return 1000.0 * n_bytes / (BYTES_PER_SAMPLE[fmt] * rate)
 
 
+#: RMS (full scale 1.0) below which audio counts as silence: vLLM-Omni's own speech floor
+#: (``overlap_silence_rms``), used by the reference server for appends and by the client for
+#: the packets of a lane that streams silence too (docs/protocol.md §13.2)
+SILENCE_RMS: Final = 0.003
+
+
+def pcm16_audible(data: bytes) -> bool:
+    """True when PCM16 ``data`` carries sound above :data:`SILENCE_RMS` (not silence)."""
+    usable = len(data) - len(data) % 2
+    if usable <= 0:
+        return False
+    samples = np.frombuffer(data[:usable], dtype="<i2").astype(np.float64)
+    return float(np.sqrt(np.mean(np.square(samples)))) >= SILENCE_RMS * 32768.0
+
+
 def rms(samples: np.ndarray) -> float:
     if samples.size == 0:
         return 0.0

@@ -139,6 +139,18 @@ class PlaybackClock:
         run_end = self._run_audio[i + 1] if i + 1 < len(self._run_audio) else self.received_ms
         return min(self._run_audio[i] + (now - self._run_wall[i]) * 1000.0, run_end)
 
+    def wall_at(self, audio_ms: float) -> float | None:
+        """When the audio at ``audio_ms`` into the response plays (played, or will if no
+        underrun intervenes): None before it was received, and for audio a flush discarded.
+        On a lane that streams silence too, this places the model's speech inside the
+        response (docs/protocol.md §13.2)."""
+        if not self._run_wall or audio_ms > self.received_ms:
+            return None
+        if self.heard_ms is not None and audio_ms > self.heard_ms:
+            return None
+        i = max(0, bisect.bisect_right(self._run_audio, audio_ms) - 1)
+        return self._run_wall[i] + (audio_ms - self._run_audio[i]) / 1000.0
+
     def flush(self, now: float) -> float:
         """Barge-in/cancel: stop playing at ``now``; returns the heard position (ms).
 

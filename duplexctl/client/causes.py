@@ -27,6 +27,7 @@ class Cause(StrEnum):
     GARBAGE = "garbage"  # upgraded, then frames that are not the protocol
     REJECTED_CAPACITY = "rejected_capacity"  # resource_exhausted / duplex_session_busy
     REJECTED_OTHER = "rejected_other"  # any other error answering session.update
+    UNSUPPORTED_INPUT = "unsupported_input"  # opened, but needs input duplexctl cannot send
 
 
 #: The docs/metrics.md ``admission`` outcome of each cause.
@@ -43,4 +44,5 @@ ADMISSION: Final[dict[Cause, str]] = {
     Cause.GARBAGE: "transport_error",
     Cause.REJECTED_CAPACITY: "rejected_capacity",
     Cause.REJECTED_OTHER: "rejected_other",
+    Cause.UNSUPPORTED_INPUT: "rejected_other",
 }

@@ -369,6 +369,15 @@ class DuplexConnection:
                     await asyncio.shield(self._settle_handshake())
             await self._abort_quietly()
             raise
+        why = session.unsupported_input()
+        if why is not None:  # e.g. video on every append: end the session, say why
+            with contextlib.suppress(BaseException):
+                await self.close(timeout=5.0)
+            raise OpenFailed(
+                f"{self._where()}: {why}",
+                cause=Cause.UNSUPPORTED_INPUT,
+                connect_ms=self.timings.connect_ms,
+            )
         return self
 
     async def _settle_handshake(self, wait_s: float = 2.0) -> None:

@@ -8,10 +8,11 @@ settings are resolved when it is built, by the one resolver every command uses
 that can fail on user input happens in :meth:`LoadConfig.validate`. Both raise ``BadInput``
 with one line, before a ten-minute run starts.
 
-Behaviour mix (``--mix barge_in=0.2,cancel=0.1,drop_resume=0.05``): per *turn*, with those
-probabilities, the answer is interrupted by speech (barge-in), cancelled with
-``response.cancel``, or the socket is dropped during it and the session resumed; the rest of
-the turns are plain. Draws come from a per-session generator seeded from the run's seed, so
+Behaviour mix (``--mix barge_in=0.2,cancel=0.1,drop_resume=0.05,tool_call=0.3``): per
+*turn*, with those probabilities, the answer is interrupted by speech (barge-in), cancelled
+with ``response.cancel``, the socket is dropped during it and the session resumed, or the
+turn is a tool-call turn (the model is expected to call one of ``--tools``, answered from
+``--tool-outputs``: docs/protocol.md §13.4); the rest of the turns are plain. Draws come from a per-session generator seeded from the run's seed, so
 the same seed gives the same behaviour sequence.
 """
 
@@ -30,7 +31,7 @@ from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.report.continuity import DEFAULT_THRESHOLDS_MS, RATE_PREFIX
 from duplexctl.resolver import FLAGS, Command, RunSettings, resolve
 
-MIX_KINDS: Final = ("barge_in", "cancel", "drop_resume")
+MIX_KINDS: Final = ("barge_in", "cancel", "drop_resume", "tool_call")
 #: sessions joining each level of a sweep, one after the other, once the level is steady:
 #: ten give a p50 and a p90 that are distinct order statistics, and ten joins of one turn
 #: (about 4 s each with the bundled turns) fit in a 60 s step after the level is steady
@@ -68,6 +69,7 @@ class Mix:
     barge_in: float = 0.0
     cancel: float = 0.0
     drop_resume: float = 0.0
+    tool_call: float = 0.0
 
     @classmethod
     def parse(cls, text: str | None) -> Mix:
@@ -96,7 +98,7 @@ class Mix:
 
     @property
     def total(self) -> float:
-        return self.barge_in + self.cancel + self.drop_resume
+        return self.barge_in + self.cancel + self.drop_resume + self.tool_call
 
     def pick(self, u: float) -> str | None:
         """The behaviour for a uniform draw ``u`` in [0, 1): a MIX_KINDS name or None."""
@@ -193,6 +195,8 @@ class LoadConfig:
     send_phases: int = 10  # appends go out on this many instants per chunk (audio.sendgrid)
     prebuffer_ms: float | None = None
     response_timeout_s: float | None = None
+    tools: Any = None  # --tools FILE (then: the tools declared)
+    tool_outputs: Any = None  # --tool-outputs FILE (then: name -> output and latency)
     # offered load
     sessions: int | None = None
     rate: float | None = None
@@ -339,6 +343,11 @@ class LoadConfig:
             raise BadInput("--max-concurrency must be at least 1")
         if self.workers < 1:
             raise BadInput("--workers must be at least 1")
+        if self.mix.tool_call > 0 and (not self.tools or not self.tool_outputs):
+            raise BadInput(
+                "--mix tool_call needs --tools FILE.json (the tools the model may call) and "
+                "--tool-outputs FILE.json (what each one answers)"
+            )
         if self.workers_per_node is not None:
             if self.ray is None:
                 raise BadInput("--workers-per-node needs --ray (it places Ray workers)")

@@ -42,7 +42,16 @@ if TYPE_CHECKING:  # a --ray actor's live seconds (load/cluster/seconds.py)
 
 #: Per-turn counts: summed over the run, not put into histograms.
 SUMMED: Final = frozenset(
-    {"underruns", "replayed_events", "duplicates_dropped", "seq_gaps", "heard_ms", "audio_ms"}
+    {
+        "underruns",
+        "replayed_events",
+        "duplicates_dropped",
+        "seq_gaps",
+        "heard_ms",
+        "audio_ms",
+        "tool_calls",
+        "tool_outputs",
+    }
 )
 #: Per-turn figures taken elsewhere: drops and resumes are counted per session, and every
 #: resume's times come through :meth:`Recorder.resumed` (a turn's figures hold only its last).
@@ -235,7 +244,14 @@ class Recorder(RunTally, Sink):
         self.outcomes[record.outcome] += 1
         self.counts["turns"] += 1
         self.counts["early_start"] += int(record.early_start)
-        for name in ("underruns", "seq_gaps", "duplicates_dropped", "replayed_events"):
+        for name in (
+            "underruns",
+            "seq_gaps",
+            "duplicates_dropped",
+            "replayed_events",
+            "tool_calls",
+            "tool_outputs",
+        ):
             value = record.figures.get(name)
             if value is not None:
                 self.counts[name] += int(value.value)

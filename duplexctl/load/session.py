@@ -46,7 +46,7 @@ from duplexctl.report.continuity import SessionContinuity
 from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.turns import TurnRecord, TurnTimes
 from duplexctl.scenario.config import ReplayConfig
-from duplexctl.scenario.model import BargeIn, Cancel, Drop, Pace, Scenario, Step, Wait
+from duplexctl.scenario.model import BargeIn, Cancel, Drop, Pace, Scenario, Step, ToolOutput, Wait
 from duplexctl.scenario.results import behaviour_figures
 from duplexctl.scenario.runner import Headless, Replay
 from duplexctl.scenario.state import BACKCHANNEL
@@ -147,6 +147,8 @@ def mix_steps(wait: Wait, behaviour: str, interrupt: Path) -> list[Step]:
         return [Cancel(i, after_ms=MIX_AFTER_MS), wait]
     if behaviour == "drop_resume":
         return [Drop(i, after_ms=MIX_AFTER_MS, resume_after_ms=MIX_RESUME_AFTER_MS), wait]
+    if behaviour == "tool_call":  # answered from --tool-outputs, as the model calls
+        return [ToolOutput(i), wait]
     raise ValueError(f"unknown mix behaviour {behaviour!r}")
 
 

@@ -72,6 +72,11 @@ class Facts:
     embedded: bool = False
     # what every probe session asks for, on top of probe_settings() (--ref-audio, --session)
     base: SessionSettings | None = None
+    # the server opens model-native sessions only (extra_body.auto_response required, the
+    # Nemotron lane, docs/protocol.md §13): every probe session asks for it; its refusal
+    auto_response_only: bool = False
+    lane_refusal: str | None = None
+    tools: list[dict[str, Any]] | None = None  # probe --tools: what the tool-calls probe declares
 
 
 def describe(frame: dict[str, Any]) -> str:
@@ -210,17 +215,19 @@ def silence(ms: int) -> bytes:
     return bytes(INPUT_RATE * ms // 1000 * 2)
 
 
-def probe_settings(base: SessionSettings | None = None, **extra: Any) -> SessionSettings:
-    """The session every probe opens: client-committed turns (the lane every server has),
-    explicit formats; ``base`` carries the user's ``--ref-audio`` / ``--session`` (MiniCPM-o
-    refuses to open without a voice clip); ``extra`` merges into the session object last
-    (e.g. idle_timeout_s)."""
+def probe_settings(
+    base: SessionSettings | None = None, *, auto_response: bool = False, **extra: Any
+) -> SessionSettings:
+    """The session every probe opens: client-committed turns (the lane every server has;
+    ``auto_response`` on a server that opens nothing else), explicit formats; ``base``
+    carries the user's ``--ref-audio`` / ``--session`` (MiniCPM-o refuses to open without a
+    voice clip); ``extra`` merges into the session object last (e.g. idle_timeout_s)."""
     if base is None:
         base = SessionSettings(instructions="duplexctl probe session")
     return replace(
         base,
         turn_detection="none",
-        auto_response=False,
+        auto_response=auto_response,
         extra={**base.extra, **extra},
     )
 
@@ -238,6 +245,7 @@ class ProbeConn:
         self.label = label
         self.conn = conn
         self.closed = False
+        self._streams: list[asyncio.Task[None]] = []
 
     @property
     def session(self) -> Any:
@@ -301,10 +309,38 @@ class ProbeConn:
         self.ctx.trace.add(self.label, "out", "input_audio_buffer.append", f"{ms} ms of speech")
         return await self.send(self.session.commit(response_create=True))
 
+    def stream(self, speech_ms: int = 1000) -> asyncio.Task[None]:
+        """Stream ``speech_ms`` of speech, then silence, in real time at the lane's packet
+        length (docs/protocol.md §13.1), until the task is cancelled (or :meth:`close`): how a
+        model-native session is spoken to, the model answering by itself."""
+        packet_ms = self.session.packet_ms(CHUNK_MS, INPUT_RATE).packet_ms
+        chunks = speech_chunks(speech_ms, packet_ms)
+        self.ctx.trace.add(
+            self.label, "out", "input_audio_buffer.append",
+            f"streaming {speech_ms} ms of speech, then silence, in {packet_ms} ms packets",
+        )  # fmt: skip
+
+        async def run() -> None:
+            t = time.monotonic()
+            k = 0
+            while True:
+                data = chunks[k] if k < len(chunks) else silence(packet_ms)
+                if self.conn.connected:
+                    with contextlib.suppress(Exception):
+                        await self.conn.send(self.session.append(data))
+                k += 1
+                await asyncio.sleep(max(0.0, t + k * packet_ms / 1000 - time.monotonic()))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._streams.append(task)
+        return task
+
     async def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        for task in self._streams:
+            task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.conn.close(timeout=5.0), 15.0)
         self.ctx.trace.add(self.label, "net", "closed", "")
@@ -411,7 +447,7 @@ class RawConn:
 
     async def open_session(self, settings: SessionSettings | None = None) -> dict[str, Any]:
         """Send the opening session.update; return session.created (ProbeFailed otherwise)."""
-        obj = (settings or probe_settings(self.ctx.facts.base)).to_session_object()
+        obj = (settings or self.ctx.settings()).to_session_object()
         await self.send(
             {"type": "session.update", "session": obj, "event_id": ids.client_event_id()}
         )
@@ -465,6 +501,7 @@ class ProbeContext:
         self.deadline = deadline
         self.trace = Trace()
         self.findings: list[str] = []
+        self.last_refusal: str | None = None  # what the server said to the last refused open
         self._conns: list[ProbeConn] = []
         self._raws: list[RawConn] = []
         self._counter = 0
@@ -474,7 +511,17 @@ class ProbeContext:
 
     def settings(self, **extra: Any) -> SessionSettings:
         """The probe session's settings (the user's base + ``extra`` in the session object)."""
-        return probe_settings(self.facts.base, **extra)
+        return probe_settings(self.facts.base, auto_response=self.facts.auto_response_only, **extra)
+
+    def require_client_turns(self, what: str) -> None:
+        """Skip where there is no client-committed turn to drive: the server opens
+        model-native sessions only (docs/protocol.md §13), where the model answers by itself."""
+        if self.facts.auto_response_only:
+            raise ProbeSkipped(
+                f"{what} needs client-committed turns (commit + response.create); this server "
+                f"opens model-native sessions only ({self.facts.lane_refusal}), where the "
+                "model decides when to answer"
+            )
 
     def finding(self, text: str) -> None:
         """A measured fact worth printing with the verdict (and noted in the trace)."""
@@ -551,6 +598,7 @@ class ProbeContext:
         except HandshakeFailed as exc:
             if refusal_ok:
                 self.trace.add(label, "in", "error", str(exc))
+                self.last_refusal = exc.error.code if exc.error is not None else str(exc)
                 return None
             raise ProbeFailed(f"{label}: could not open a session: {exc}") from None
         except OpenFailed as exc:

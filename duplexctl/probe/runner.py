@@ -18,14 +18,16 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from duplexctl.errors import ServerUnreachable
+from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.probe.context import Facts, ProbeContext, probe_settings
 from duplexctl.probe.model import ProbeFailed, ProbeReport, ProbeResult, ProbeSkipped, Verdict
 from duplexctl.probe.registry import Probe, select
 from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.protocol.settings import SessionSettings
-from duplexctl.resolver import Command, RunSettings, resolve
+from duplexctl.resolver import Command, RunSettings, check_setting, resolve
 
 DEFAULT_BUDGET_S = 120.0
 _CLEANUP_S = 20.0
@@ -50,9 +52,11 @@ class ProbeConfig:
     model: str | None = None
     ref_audio: str | None = None  # MiniCPM-o refuses to open without a voice clip
     session_file: str | None = None
+    tools: str | None = None  # --tools FILE.json: the tools the tool-calls probe declares
     # server metrics (--server-metrics / --no-server-metrics / --scrape-interval), checked
     scrape: ScrapeOptions | None = None
     settings: RunSettings = field(init=False, repr=False)
+    tool_list: list[dict[str, Any]] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.settings = resolve(
@@ -60,6 +64,7 @@ class ProbeConfig:
             flags={"model": self.model, "ref_audio": self.ref_audio},
             session_file=self.session_file,
         )
+        self.tool_list = None if self.tools is None else declared_tools(self.tools)
 
     @property
     def base(self) -> SessionSettings:
@@ -70,16 +75,34 @@ class ProbeConfig:
 OnResult = Callable[[ProbeResult], None]
 
 
-async def _learn_capabilities(url: str, facts: Facts, api_key: str | None) -> None:
-    from duplexctl.client.connection import ConnectionOptions, DuplexConnection
+#: refusal codes that say "this model opens model-native sessions only" (docs/protocol.md §13)
+AUTO_RESPONSE_ONLY_CODES = frozenset({"unsupported_nemotron_duplex_mode"})
 
-    conn = await DuplexConnection.open(
-        url,
-        probe_settings(facts.base),
-        api_key=api_key,
-        timeout=15.0,
-        options=ConnectionOptions(heartbeat_s=None, auto_resume=False, close_timeout_s=5.0),
-    )
+
+async def _learn_capabilities(url: str, facts: Facts, api_key: str | None) -> None:
+    """Open one session to learn the capabilities; a server that refuses client-committed
+    sessions because it needs ``extra_body.auto_response`` (the Nemotron lane) is probed with
+    model-native sessions from then on (``facts.auto_response_only``)."""
+    from duplexctl.client.connection import ConnectionOptions, DuplexConnection, HandshakeFailed
+
+    options = ConnectionOptions(heartbeat_s=None, auto_resume=False, close_timeout_s=5.0)
+    try:
+        conn = await DuplexConnection.open(
+            url, probe_settings(facts.base), api_key=api_key, timeout=15.0, options=options
+        )
+    except HandshakeFailed as exc:
+        code = exc.error.code if exc.error is not None else ""
+        message = exc.error.message if exc.error is not None else ""
+        if code not in AUTO_RESPONSE_ONLY_CODES and "auto_response" not in message:
+            raise
+        facts.auto_response_only, facts.lane_refusal = True, code or message
+        conn = await DuplexConnection.open(
+            url,
+            probe_settings(facts.base, auto_response=True),
+            api_key=api_key,
+            timeout=15.0,
+            options=options,
+        )
     facts.capabilities = dict(conn.session.capabilities)
     await conn.close()
 
@@ -157,8 +180,16 @@ async def run_probes(
     )
 
 
+def declared_tools(path: str) -> list[dict[str, Any]]:
+    """``--tools FILE.json``, checked by the resolver's one definition of tools (BadInput)."""
+    try:
+        return list(check_setting("tools", Path(path)))
+    except ValueError as exc:
+        raise BadInput(f"--tools {exc}") from None
+
+
 def _facts(config: ProbeConfig) -> Facts:
-    facts = Facts(base=config.base)
+    facts = Facts(base=config.base, tools=config.tool_list)
     if config.max_sessions is not None:
         facts.limit, facts.limit_source = config.max_sessions, "option"
     if config.disconnect_grace_s is not None:

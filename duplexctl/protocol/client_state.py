@@ -20,6 +20,16 @@ What it owns, and why here:
   assistant timeline (``audio_ms``) and the chunk gaps.
 * **Audio decoding.** Deltas are decoded in the format and rate *they* state (pcm16, wav,
   G.711, f32) into PCM16 so that everything downstream handles one format.
+* **Speech, not packets** (docs/protocol.md §13.2). Every delta is marked audible or silent.
+  A model-native session whose response opens with silent packets streams one packet per
+  model frame, silence included (``continuous_output``): there each answer is found in the
+  audio and text — :class:`AnswerStarted` at a response's first non-empty text or audible
+  packet, :class:`AnswerEnded` at its ``response.done`` (or after a second of silence) —
+  because ``response.created`` / ``response.done`` say nothing about the model's speech.
+* **Lane cadence and tool calls** (§13.1, §13.4). The append length the lane wants
+  (:meth:`ClientSession.packet_ms`, from ``chunk_period_ms`` and any refusal of longer
+  appends), and each ``response.function_call_arguments.done`` as a :class:`FunctionCall`
+  whose synthetic response is a call, not an answer.
 * **Validation** (issue 16.1). Every message is checked before anything uses it: a binary
   frame, text that is not JSON, JSON that is not an object, a frame that breaks
   :mod:`duplexctl.protocol.server_events` (required fields missing or mistyped) or a seq at
@@ -41,10 +51,13 @@ Public API::
     cs.pending_ack() -> int | None;  cs.mark_acked(seq)
     cs.session_id, cs.resume_token, cs.attachment_generation, cs.capabilities, cs.epoch,
     cs.last_seq, cs.duplicates_dropped, cs.seq_gaps, cs.closed, cs.expired,
-    cs.responses: dict[str, ResponseTrack], cs.active_response_id, cs.checker
+    cs.responses: dict[str, ResponseTrack], cs.active_response_id, cs.checker,
+    cs.continuous_output, cs.model_native, cs.max_append_samples, cs.packet_ms(asked, rate),
+    cs.unsupported_input()
     builders (each stamps event_id): session_update, append, commit, response_create,
     response_cancel, input_audio_buffer_clear, output_audio_buffer_clear, barge_in,
-    playback_ack, item_truncate, text_item, heartbeat, event_ack, close, resume
+    playback_ack, item_truncate, text_item, function_call_output, heartbeat, event_ack,
+    close, resume
 """
 
 from __future__ import annotations
@@ -54,7 +67,7 @@ from typing import Any, Final
 
 from duplexctl.audio import pcm
 from duplexctl.errors import SessionStateError
-from duplexctl.protocol import codec, ids, names, server_events
+from duplexctl.protocol import cadence, codec, ids, names, server_events
 from duplexctl.protocol.errors import WireError, parse_error
 from duplexctl.protocol.invariants import InvariantChecker
 
@@ -179,6 +192,39 @@ class AudioDelta(Happening):
     audio_end_ms: float
     end_of_turn: bool
     decode_error: str | None = None
+    audible: bool = True  # above the silence floor (pcm.SILENCE_RMS): the model's voice
+
+
+@dataclass(slots=True, kw_only=True)
+class AnswerStarted(Happening):
+    """On a lane that streams audio whether or not the model speaks
+    (:attr:`ClientSession.continuous_output`): the model began to speak in ``response_id`` —
+    its first non-empty transcript or text delta, or its first audible audio, whichever came
+    first (docs/protocol.md §13.2). Follows the happening of the frame that showed it."""
+
+    response_id: str
+
+
+@dataclass(slots=True, kw_only=True)
+class AnswerEnded(Happening):
+    """On such a lane: the model's answer in ``response_id`` is over — ``by`` its
+    ``response.done``, or by ``silence``: :data:`ANSWER_END_SILENCE_MS` of silent packets
+    after its last audible one."""
+
+    response_id: str
+    by: str
+
+
+@dataclass(slots=True, kw_only=True)
+class FunctionCall(Happening):
+    """The model called a tool (``response.function_call_arguments.done``): the client
+    owes a ``function_call_output`` for ``call_id`` (docs/protocol.md §13.4)."""
+
+    response_id: str
+    call_id: str
+    name: str | None
+    arguments: str | None
+    item_id: str | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -242,9 +288,22 @@ class Malformed(Happening):
 # --------------------------------------------------------------------------------------------
 
 
+#: on a lane that streams silence too, this much silence after the model's last audible packet
+#: (and its last text) ends its answer when no ``response.done`` has (docs/protocol.md §13.2)
+ANSWER_END_SILENCE_MS: Final = 1000.0
+#: a model-native lane whose response opens with this many silent packets streams silence
+#: too (one quiet first chunk of a reply is no such lane)
+CONTINUOUS_AFTER: Final = 2
+
+
 @dataclass(slots=True)
 class ResponseTrack:
-    """Everything received for one response, with receive times (monotonic ns)."""
+    """Everything received for one response, with receive times (monotonic ns).
+
+    ``deltas`` holds (recv, start ms, end ms, audible) of every audio delta. The speech
+    fields say where the model's voice is in it: its first and last audible delta, their
+    places on the response's timeline and, on a lane that streams silence too, when the
+    answer began and ended (docs/protocol.md §13.2)."""
 
     response_id: str
     epoch: int | None = None
@@ -265,9 +324,20 @@ class ResponseTrack:
     audio_deltas: int = 0
     decode_errors: int = 0
     chunk_gaps_ms: list[float] = field(default_factory=list)
-    deltas: list[tuple[int, float, float]] = field(default_factory=list, repr=False)
+    deltas: list[tuple[int, float, float, bool]] = field(default_factory=list, repr=False)
     transcript: str = ""
     text: str = ""
+    kind: str = "audio"  # "function_call": a synthetic response that carries a tool call
+    text_ns: list[int] = field(default_factory=list, repr=False)  # recv of non-empty text
+    first_audible_ns: int | None = None
+    last_audible_ns: int | None = None
+    speech_start_ms: float | None = None  # timeline start of the first audible delta
+    speech_end_ms: float = 0.0  # timeline end of the last audible delta
+    answer_start_ns: int | None = None  # continuous lanes: AnswerStarted
+    answer_end_ns: int | None = None  # continuous lanes: AnswerEnded
+    answer_end_by: str | None = None
+    silent_since_ms: float | None = None  # timeline start of the silence after speech
+    leading_silent: int = 0  # silent packets before any speech or text
 
     @property
     def done(self) -> bool:
@@ -275,11 +345,11 @@ class ResponseTrack:
 
     def audio_ms_after(self, t_ns: int) -> float:
         """Assistant audio ms received after ``t_ns`` (docs/metrics.md ``leaked_audio_ms``)."""
-        return sum(end - start for recv, start, end in self.deltas if recv > t_ns)
+        return sum(end - start for recv, start, end, _ in self.deltas if recv > t_ns)
 
     def last_audio_after(self, t_ns: int) -> int | None:
         """Receive time of the last delta after ``t_ns`` (``audio_stop_ms``), else None."""
-        after = [recv for recv, _, _ in self.deltas if recv > t_ns]
+        after = [recv for recv, _, _, _ in self.deltas if recv > t_ns]
         return max(after) if after else None
 
 
@@ -406,6 +476,13 @@ class ClientSession:
         self.resync_reason: str | None = None
         self.responses: dict[str, ResponseTrack] = {}
         self.response_order: list[str] = []
+        # the most samples an append may carry, learned from a refusal (protocol/cadence.py)
+        self.max_append_samples: int | None = None
+        # the lane streams audio whether or not the model speaks (a response's first packet
+        # was silence, docs/protocol.md §13.2): answers are found in the audio and text
+        self.continuous_output = False
+        self._function_names: dict[str, str | None] = {}  # function_call item id -> name
+        self._derived: list[Happening] = []  # happenings a handler adds after its own
         # a resume's connection, until its first new seq: overlap there is the replay's
         self._replaying = False
 
@@ -563,6 +640,9 @@ class ClientSession:
         if happening.epoch is not None and happening.epoch > self.epoch:
             self.epoch = happening.epoch
         self.checker.check(happening)
+        if self._derived:
+            derived, self._derived = self._derived, []
+            return [happening, *derived]
         return [happening]
 
     def _interpret(
@@ -669,7 +749,23 @@ class ClientSession:
         return HeartbeatAck(**base)
 
     def _on_error(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
-        return ErrorReceived(**base, error=parse_error(frame))
+        error = parse_error(frame)
+        limit = cadence.refused_samples(error)
+        if limit is not None and (self.max_append_samples or limit + 1) > limit:
+            self.max_append_samples = limit
+        return ErrorReceived(**base, error=error)
+
+    def packet_ms(self, asked_ms: int, rate: int, *, asked_by: str = "chunk_ms") -> cadence.Cadence:
+        """The append length this lane wants for ``asked_ms`` at input ``rate``: its step
+        (``chunk_period_ms``) and any refusal of longer appends decide
+        (:func:`duplexctl.protocol.cadence.packet_ms`)."""
+        return cadence.packet_ms(
+            asked_ms,
+            rate,
+            step_ms=cadence.frame_ms(self.capabilities),
+            max_samples=self.max_append_samples,
+            asked_by=asked_by,
+        )
 
     # input
 
@@ -746,6 +842,11 @@ class ClientSession:
         start_ms = track.audio_ms
         stated_end = _num(meta.get("audio_duration_ms"))
         end_ms = stated_end if stated_end is not None else start_ms + len(data) / (2 * rate) * 1e3
+        audible = pcm.pcm16_audible(data)
+        if track.first_audible_ns is None and data and not audible and not track.transcript:
+            track.leading_silent += 1
+            if track.leading_silent >= CONTINUOUS_AFTER and self.model_native:
+                self.continuous_output = True  # a response that opens with silence (§13.2)
         if track.last_audio_ns is not None:
             track.chunk_gaps_ms.append((recv_ns - track.last_audio_ns) / 1e6)
         if track.first_audio_ns is None:
@@ -756,7 +857,8 @@ class ClientSession:
         track.audio_bytes += len(data)
         track.audio_deltas += 1
         track.decode_errors += error is not None
-        track.deltas.append((recv_ns, start_ms, end_ms))
+        track.deltas.append((recv_ns, start_ms, end_ms, audible))
+        self._speech(track, recv_ns, start_ms, end_ms, audible)
         epoch = _int(meta.get("epoch"))
         if epoch is None:
             epoch = track.epoch
@@ -774,14 +876,81 @@ class ClientSession:
             audio_end_ms=end_ms,
             end_of_turn=bool(meta.get("end_of_turn")),
             decode_error=error,
+            audible=audible,
+        )
+
+    def unsupported_input(self) -> str | None:
+        """Why this client cannot drive the session, or None: its capabilities require input
+        modalities besides audio on every append (``video_frames``: AURA Omni in vLLM-Omni
+        0.30, docs/protocol.md §13.5), and duplexctl sends audio only."""
+        required = self.capabilities.get("required_input_modalities")
+        if not isinstance(required, list):
+            return None
+        missing = sorted({m for m in required if isinstance(m, str)} - {"audio"})
+        if not missing:
+            return None
+        what = "video_frames" if missing == ["video"] else ", ".join(missing)
+        return (
+            f"the server requires {what} on every append (required_input_modalities "
+            f"{sorted(m for m in required if isinstance(m, str))}) and duplexctl sends audio "
+            "only; the session was closed (docs/protocol.md §13.5)"
+        )
+
+    @property
+    def model_native(self) -> bool:
+        """The model decides when to speak (a response may open before it does)."""
+        caps = self.capabilities
+        return (
+            caps.get("implementation_level") == "model_native_duplex"
+            or caps.get("supports_model_native_turn_policy") is True
+        )
+
+    def _speech(
+        self, track: ResponseTrack, recv_ns: int, start_ms: float, end_ms: float, audible: bool
+    ) -> None:
+        """Where the model's voice is in ``track``; on a continuous lane, the answer's start
+        (first audible packet) and its end by silence (docs/protocol.md §13.2)."""
+        if audible:
+            if track.first_audible_ns is None:
+                track.first_audible_ns = recv_ns
+                track.speech_start_ms = start_ms
+            track.last_audible_ns = recv_ns
+            track.speech_end_ms = end_ms
+            track.silent_since_ms = None
+            if self.continuous_output:
+                self._answer_started(track, recv_ns)
+            return
+        if track.first_audible_ns is None:
+            return
+        if track.silent_since_ms is None:
+            track.silent_since_ms = start_ms
+        if (
+            self.continuous_output
+            and track.answer_start_ns is not None
+            and track.answer_end_ns is None
+            and end_ms - track.silent_since_ms >= ANSWER_END_SILENCE_MS
+        ):
+            self._answer_ended(track, recv_ns, "silence")
+
+    def _answer_started(self, track: ResponseTrack, recv_ns: int) -> None:
+        if track.answer_start_ns is None and track.kind == "audio":
+            track.answer_start_ns = recv_ns
+            self._derived.append(
+                AnswerStarted(type="answer.started", recv_ns=recv_ns, response_id=track.response_id)
+            )
+
+    def _answer_ended(self, track: ResponseTrack, recv_ns: int, by: str) -> None:
+        track.answer_end_ns = recv_ns
+        track.answer_end_by = by
+        self._derived.append(
+            AnswerEnded(type="answer.ended", recv_ns=recv_ns, response_id=track.response_id, by=by)
         )
 
     def _on_transcript_delta(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
         rid = self._rid(frame)
         track = self._track(rid)
         delta = _str(frame.get("delta")) or ""
-        if delta and track.first_text_ns is None:
-            track.first_text_ns = base["recv_ns"]
+        self._text(track, delta, base["recv_ns"])
         track.transcript += delta
         meta = frame.get("metadata")
         epoch = _int(meta.get("epoch")) if isinstance(meta, dict) else None
@@ -797,10 +966,21 @@ class ClientSession:
         rid = self._rid(frame)
         track = self._track(rid)
         delta = _str(frame.get("delta")) or ""
-        if delta and track.first_text_ns is None:
-            track.first_text_ns = base["recv_ns"]
+        self._text(track, delta, base["recv_ns"])
         track.text += delta
         return TextDelta(**base, epoch=track.epoch, response_id=rid, delta=delta)
+
+    def _text(self, track: ResponseTrack, delta: str, recv_ns: int) -> None:
+        """A transcript or text delta: the first non-empty one is when the model decided to
+        speak (on a continuous lane, the answer's start)."""
+        if not delta:
+            return
+        track.text_ns.append(recv_ns)
+        track.silent_since_ms = None  # still speaking (its text runs ahead of its audio)
+        if track.first_text_ns is None:
+            track.first_text_ns = recv_ns
+        if self.continuous_output:
+            self._answer_started(track, recv_ns)
 
     def _on_response_done(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
         rid = self._rid(frame)
@@ -816,6 +996,8 @@ class ClientSession:
         meta = _dict(response.get("metadata"))
         # A cancellation record states the *new* epoch; a completion's metadata the response's.
         new_epoch = _int(meta.get("epoch")) if status == "cancelled" else None
+        if track.answer_start_ns is not None and track.answer_end_ns is None:
+            self._answer_ended(track, base["recv_ns"], "response.done")
         return ResponseDone(
             **base, epoch=new_epoch, response_id=rid, status=status, reason=reason, track=track
         )
@@ -829,6 +1011,33 @@ class ClientSession:
             track.listen_ns = base["recv_ns"]
             track.listen_reason = reason
         return Listen(**base, epoch=_int(frame.get("epoch")), response_id=rid, reason=reason)
+
+    def _on_output_item_added(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
+        """``response.output_item.added``: a ``function_call`` item makes its response a
+        tool call, not a spoken answer (docs/protocol.md §13.4)."""
+        item = _dict(frame.get("item"))
+        rid = _str(frame.get("response_id"))
+        if item.get("type") == "function_call":
+            item_id = _str(item.get("id"))
+            if item_id is not None:
+                self._function_names[item_id] = _str(item.get("name"))
+            if rid is not None:
+                self._track(rid).kind = "function_call"
+        return Other(**base)
+
+    def _on_function_call(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
+        rid = self._rid(frame)
+        self._track(rid).kind = "function_call"
+        item_id = _str(frame.get("item_id"))
+        name = _str(frame.get("name")) or self._function_names.get(item_id or "")
+        return FunctionCall(
+            **base,
+            response_id=rid,
+            call_id=_str(frame.get("call_id")) or "",
+            name=name,
+            arguments=_str(frame.get("arguments")),
+            item_id=item_id,
+        )
 
     def _on_overlap(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
         meta = _dict(frame.get("metadata"))
@@ -966,6 +1175,12 @@ class ClientSession:
         item = {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
         return self._event("conversation.item.create", item=item)
 
+    def function_call_output(self, call_id: str, output: str) -> dict[str, Any]:
+        """``conversation.item.create`` answering tool call ``call_id`` (§13.4): ``output`` is
+        a string (JSON text or not); no ``response.create`` follows it."""
+        item = {"type": "function_call_output", "call_id": call_id, "output": output}
+        return self._event("conversation.item.create", item=item)
+
     def heartbeat(self) -> dict[str, Any]:
         return self._event("session.heartbeat")
 
@@ -1009,6 +1224,8 @@ _HANDLERS: Final = {
     names.TEXT_DELTA: ClientSession._on_text_delta,
     "response.done": ClientSession._on_response_done,
     "response.listen": ClientSession._on_listen,
+    "response.output_item.added": ClientSession._on_output_item_added,
+    "response.function_call_arguments.done": ClientSession._on_function_call,
     "overlap.decision": ClientSession._on_overlap,
     "playback.acknowledged": ClientSession._on_playback_acknowledged,
 }

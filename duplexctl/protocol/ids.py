@@ -64,6 +64,16 @@ def response_id(session: str, epoch: int) -> str:
     return f"resp-{session}-{epoch}-{secrets.token_hex(4)}"
 
 
+def tool_response_id() -> str:
+    """``resp_<32 hex>``: the synthetic response that carries a tool call (§13.4)."""
+    return f"resp_{_hex32()}"
+
+
+def call_id() -> str:
+    """``call_<32 hex>``: a tool call's id, which its ``function_call_output`` names."""
+    return f"call_{_hex32()}"
+
+
 def assistant_item_id(response: str) -> str:
     """The assistant item of a response is always ``item_<response_id>``."""
     return f"item_{response}"

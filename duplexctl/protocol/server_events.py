@@ -153,6 +153,14 @@ SERVER_EVENTS: Final[dict[str, tuple[Field, ...]]] = {
     names.TRANSCRIPT_DELTA: (*_DELTA_TEXT, opt("metadata", Kind.OBJECT)),
     names.TEXT_DELTA: _DELTA_TEXT,
     "response.done": (_RID, req("response", Kind.OBJECT), req("response.status", Kind.STR)),
+    # §13.4 tool calls: the call id is what the client must answer
+    "response.function_call_arguments.done": (
+        _RID,
+        req("call_id", Kind.STR),
+        opt("arguments", Kind.STR),
+        opt("name", Kind.STR),
+        opt("item_id", Kind.STR),
+    ),
     # §4.2 Tier-3 turn-taking
     "response.listen": (
         opt("response_id", Kind.STR),

@@ -26,7 +26,7 @@ Public API::
     SessionSettings(model=None, voice=None, ref_audio=None, instructions=None,
                     turn_detection="none", vad_silence_ms=None, auto_response=False,
                     input_format="pcm16", input_rate=16000, output_format="pcm16",
-                    output_rate=24000, extra={}, vad_options={})
+                    output_rate=24000, tools=None, extra={}, vad_options={})
     SessionSettings.to_session_object() -> dict      # raises errors.BadInput
     SessionSettings.with_extra(extra) -> SessionSettings  # raw override (tests, probes)
     ref_audio_data_uri(value, what="--ref-audio") -> str  # raises errors.BadInput
@@ -109,6 +109,7 @@ class SessionSettings:
     input_rate: int = 16000
     output_format: str = "pcm16"
     output_rate: int = 24000
+    tools: list[dict[str, Any]] | None = None  # function tools the model may call (§13.4)
     extra: dict[str, Any] = field(default_factory=dict)  # session-object keys no field covers
     vad_options: dict[str, Any] = field(default_factory=dict)  # more server_vad keys
 
@@ -155,6 +156,8 @@ class SessionSettings:
         if self.ref_audio is not None:
             obj["ref_audio"] = ref_audio_data_uri(self.ref_audio)
         obj["extra_body"] = {"auto_response": self.auto_response}
+        if self.tools is not None:
+            obj["tools"] = copy.deepcopy(self.tools)
         if self.turn_detection == "server_vad":
             vad: dict[str, Any] = {"type": "server_vad"}
             if self.vad_silence_ms is not None:

@@ -34,6 +34,7 @@ from typing import Any, Final, TextIO
 
 from duplexctl import __version__
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
+from duplexctl.protocol import cadence
 from duplexctl.report import continuity
 from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
@@ -216,7 +217,13 @@ def build_report(
     # a --ray run's workers name their node; a node that could not pace its own sessions
     # invalidates the run even when the cluster's pooled p99 hides it
     unpaced_nodes = sorted({str(w["node"]) for w in workers if w.get("invalid_pacing")})
-    invalid = (lag_p99 is not None and lag_p99 > chunk_ms) or bool(unpaced_nodes)
+    # the appends actually sent: a frame-locked lane cuts them shorter (protocol/cadence.py)
+    packet = cadence.packet_ms(
+        chunk_ms,
+        int(config.get("input_rate") or 16000),
+        step_ms=cadence.frame_ms(dict(capabilities or {})),
+    ).packet_ms
+    invalid = (lag_p99 is not None and lag_p99 > packet) or bool(unpaced_nodes)
     audio_s = sum(sl.audio_s for sl in tally.slicer.slices())
     scalars: dict[str, float | None] = {
         "rejection_rate": _rate(not_admitted, attempts),
@@ -291,6 +298,8 @@ def build_report(
             "outcomes": dict(outcomes),
             "early_start": counts["early_start"],
             "underruns": counts["underruns"],
+            "tool_calls": counts["tool_calls"],
+            "tool_outputs": counts["tool_outputs"],
         },
         "interruptions": {
             "behaviours": dict(tally.behaviours),
@@ -323,6 +332,7 @@ def build_report(
         "violations": dict(tally.violations),
         "validity": {
             "chunk_ms": chunk_ms,
+            "packet_ms": packet,
             "send_lag_p99_ms": lag_p99,
             "send_lag_max_ms": send_lag.max if send_lag is not None else None,
             "loop_lag_p99_ms": loop_lag.percentile(99) if loop_lag is not None else None,
@@ -553,9 +563,22 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
         f"turns: {t['count']} ({', '.join(f'{k} {n}' for k, n in sorted(t['outcomes'].items())) or 'none'})"
         + (f" — {empty}" if empty else "")
     )
+    if t.get("tool_calls"):  # docs/metrics.md "Tool calls"
+        lines.append(
+            f"tool calls: {t['tool_calls']}, answered {t.get('tool_outputs', 0)} "
+            "(function_call_output, one per call)"
+        )
     lines.append(drops_line(report))
     figs = report["figures"]
-    for name in ("ttfa_ms", "turn_ms", "time_to_reject_ms", "cancel_ack_ms", "stop_latency_ms"):
+    for name in (
+        "ttfa_ms",
+        "turn_ms",
+        "time_to_reject_ms",
+        "cancel_ack_ms",
+        "stop_latency_ms",
+        "tool_call_ms",
+        "task_ms",
+    ):
         if name in figs and figs[name]["n"]:
             f = figs[name]
             p99 = format_value(f["p99"]) + ("*" if f["p99_low_n"] else "")
@@ -572,8 +595,12 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
             "violations: " + ", ".join(f"{k} {n}" for k, n in report["violations"].items())
         )
     lag = v["send_lag_p99_ms"]
+    packet = v.get("packet_ms", v["chunk_ms"])
+    sent = f"chunk {v['chunk_ms']} ms" + (
+        f", sent as {packet} ms packets" if packet != v["chunk_ms"] else ""
+    )
     lines.append(
-        f"client: send lag p99 {format_value(lag)} ms (chunk {v['chunk_ms']} ms), loop lag max "
+        f"client: send lag p99 {format_value(lag)} ms ({sent}), loop lag max "
         f"{format_value(v['loop_lag_max_ms'])} ms, CPU {v['client_cpu_percent']}%"
     )
     if v["invalid_pacing"]:

@@ -25,10 +25,18 @@ _BASE_COLUMNS: list[tuple[str, str]] = [
 ]
 _BARGE_COLUMNS: list[tuple[str, str]] = [
     ("cancel_ack_ms", "cancel_ack_ms"),
+    ("model_stop_ms", "model_stop_ms"),
     ("audio_stop_ms", "audio_stop_ms"),
     ("heard_stop_ms", "heard_stop_ms"),
     ("leaked_ms", "leaked_audio_ms"),
     ("post_int_ttfa", "post_interrupt_ttfa_ms"),
+]
+_TOOL_COLUMNS: list[tuple[str, str]] = [
+    ("tool_calls", "tool_calls"),
+    ("tool_call_ms", "tool_call_ms"),
+    ("tool_text_ms", "tool_answer_text_ms"),
+    ("tool_audio_ms", "tool_answer_audio_ms"),
+    ("task_ms", "task_ms"),
 ]
 _RESUME_COLUMNS: list[tuple[str, str]] = [
     ("drops", "drops"),
@@ -95,6 +103,8 @@ def _columns(turns: list[dict[str, Any]]) -> list[tuple[str, str]]:
         fig(t, "cancel_ack_ms") is not None or fig(t, "audio_stop_ms") is not None for t in turns
     ):
         cols += _BARGE_COLUMNS
+    if any(fig(t, "tool_calls") for t in turns):
+        cols += _TOOL_COLUMNS
     if any(fig(t, "drops") or fig(t, "resume_ms") is not None for t in turns):
         cols += _RESUME_COLUMNS
     return cols
@@ -278,7 +288,7 @@ def turn_progress_line(turn: dict[str, Any]) -> str:
     bits = [f"turn {turn['index']}: {turn.get('outcome')}"]
     if turn.get("reason"):
         bits.append(f"({turn['reason']})")
-    for name in ("ttfa_ms", "cancel_ack_ms", "drops", "resume_ms"):
+    for name in ("ttfa_ms", "cancel_ack_ms", "model_stop_ms", "tool_call_ms", "drops", "resume_ms"):
         value = fig(turn, name)
         if value is not None:
             bits.append(f"{name}={_fmt(value)}")

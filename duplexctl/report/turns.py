@@ -42,6 +42,9 @@ ORIGINS: Final[dict[str, str]] = {
     "heard_ms": "position of the response the playback clock reached (flushed on a stop signal)",
     "cancel_ack_ms": "recv response.done (status cancelled) - t_bi (send of the first "
     "interrupting speech append, or of response.cancel / barge_in)",
+    "model_stop_ms": "recv of the end of the answer the model itself ended (not cancelled: "
+    "response.done completed, or its speech's end on a continuous lane) - t_bi of the spoken "
+    "barge-in over it",
     "audio_stop_ms": "recv last audio delta of the interrupted response - t_bi (0 if none after)",
     "leaked_audio_ms": "audio ms of the interrupted response received after t_bi",
     "heard_stop_ms": "end of the interrupted response's playback on the playback clock - t_bi",
@@ -54,6 +57,15 @@ ORIGINS: Final[dict[str, str]] = {
     "< 10 ms apart: the journal replay), duplicates included",
     "duplicates_dropped": "replayed events discarded because their seq was already processed",
     "seq_gaps": "missing server_event_seq numbers across the resume (must be 0)",
+    "tool_calls": "tool calls the model made in this turn (function_call_arguments.done)",
+    "tool_outputs": "function_call_outputs the client sent for them (one per call: answered once)",
+    "tool_call_ms": "recv of the turn's first tool call - t_eos (speech end -> tool call)",
+    "tool_answer_text_ms": "recv first non-empty answer text after the tool's output - send "
+    "of that function_call_output",
+    "tool_answer_audio_ms": "recv first audible answer audio after the tool's output - send "
+    "of that function_call_output",
+    "task_ms": "recv of the end of the answer that used the tool's result - t_eos (task "
+    "completion)",
     "drops": "connections lost while this turn was in flight that the client did not close "
     "(scripted drop steps and the server's own drops; 0 when none)",
     "resumes": "of those drops, the ones answered by session.resumed (0 when none)",
@@ -119,6 +131,17 @@ class ResumeTimes:
 
 
 @dataclass(slots=True)
+class ToolCallTimes:
+    """One tool call the model made in this turn, and its answer (docs/protocol.md §13.4)."""
+
+    call_id: str
+    name: str | None
+    t_call: int  # recv response.function_call_arguments.done
+    t_output: int | None = None  # send of its function_call_output
+    outputs: int = 0  # function_call_outputs sent for it (exactly 1 when answered)
+
+
+@dataclass(slots=True)
 class TurnTimes:
     """Raw timestamps (monotonic ns) and counters of one user turn and its answer."""
 
@@ -149,6 +172,8 @@ class TurnTimes:
     heard_ms: float | None = None
     barge: BargeTimes | None = None
     resumes: list[ResumeTimes] = field(default_factory=list)
+    tool_calls: list[ToolCallTimes] = field(default_factory=list)
+    text_recvs: list[int] = field(default_factory=list)  # non-empty text of the answer (tools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +303,8 @@ def compute_turn(t: TurnTimes, turns_by_index: dict[int, TurnTimes] | None = Non
         t_bi = t.barge.t_bi
         if t.status == "cancelled":
             figs["cancel_ack_ms"] = _ms(t.t_done, t_bi)
+        elif t.barge.kind == "speech" and t.t_done is not None and t.t_done >= t_bi:
+            figs["model_stop_ms"] = _ms(t.t_done, t_bi)  # no barge-in on the lane: it stopped
         after = [d for d in t.deltas if d.recv_ns > t_bi]
         figs["audio_stop_ms"] = _ms(after[-1].recv_ns, t_bi) if after else 0.0
         figs["leaked_audio_ms"] = round(sum(d.audio_ms for d in after), 3)
@@ -286,6 +313,9 @@ def compute_turn(t: TurnTimes, turns_by_index: dict[int, TurnTimes] | None = Non
         nxt = (turns_by_index or {}).get(t.barge.interrupt_turn or -1)
         if nxt is not None and nxt.deltas:
             figs["post_interrupt_ttfa_ms"] = _ms(nxt.deltas[0].recv_ns, nxt.t_eos)
+
+    if t.tool_calls:
+        figs.update(tool_figures(t))
 
     if t.resumes:
         r = t.resumes[-1]
@@ -312,6 +342,25 @@ def compute_turn(t: TurnTimes, turns_by_index: dict[int, TurnTimes] | None = Non
         error=t.error,
         figures={k: Figure(v, ORIGINS[k]) for k, v in figs.items() if v is not None},
     )
+
+
+def tool_figures(t: TurnTimes) -> dict[str, Any]:
+    """The tool-call figures of a turn (docs/metrics.md "Tool calls")."""
+    figs: dict[str, Any] = {
+        "tool_calls": len(t.tool_calls),
+        "tool_outputs": sum(c.outputs for c in t.tool_calls),
+        "tool_call_ms": _ms(t.tool_calls[0].t_call, t.t_eos),
+    }
+    sent = [c.t_output for c in t.tool_calls if c.t_output is not None]
+    if sent:
+        t_out = sent[0]
+        text = next((r for r in t.text_recvs if r >= t_out), None)
+        audio = next((d.recv_ns for d in t.deltas if d.recv_ns >= t_out), None)
+        figs["tool_answer_text_ms"] = _ms(text, t_out)
+        figs["tool_answer_audio_ms"] = _ms(audio, t_out)
+        if t.t_done is not None and t.t_done >= t_out and t.status != "cancelled":
+            figs["task_ms"] = _ms(t.t_done, t.t_eos)
+    return figs
 
 
 def compute_turns(turns: Sequence[TurnTimes]) -> list[TurnRecord]:

@@ -18,6 +18,8 @@ A scenario is a TOML file. Paths are relative to the file. Example (``recordings
     pace = "realtime"               # or "fast"
     response_timeout_s = 15
     prebuffer_ms = 100              # simulated playback jitter buffer
+    tools = "tools.json"            # the tools the model may call (or [session] tools = […])
+    tool_outputs = "outputs.json"   # what each tool answers: {name: output or {output, latency_ms}}
     model = "…"; voice = "…"; instructions = "…"; ref_audio = "voice.wav"
 
     [session]                       # the opening session.update's object: keys that are
@@ -56,6 +58,9 @@ Actions and their keys (``expect`` is allowed on every step):
 ``cancel``   ``after_ms`` (500), ``anchor``: send ``response.cancel``
 ``drop``     ``after_ms`` (500), ``anchor``, ``resume_after_ms`` (500): kill the socket, resume
 ``commit``   ``response_create`` (true): send ``input_audio_buffer.commit`` now
+``tool_output`` ``output`` (a string, or a table sent as JSON; default: the ``--tool-outputs``
+             entry of the tool called), ``name``, ``latency_ms``, ``timeout_s``: answer the
+             model's next tool call of the latest turn (docs/protocol.md §13.4)
 =========== ==================================================================================
 
 ``expect`` bounds a figure of the turn the step concerns (``say``: the turn it starts;

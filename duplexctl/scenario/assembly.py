@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Final
 
+from duplexctl.protocol.client_state import ResponseTrack
 from duplexctl.report.turns import (
     Delta,
     TurnRecord,
@@ -26,7 +27,7 @@ from duplexctl.report.turns import (
     compute_turn,
     compute_turns,
 )
-from duplexctl.scenario.state import BACKCHANNEL, LiveTurn, PendingResume, RunState, now_ns
+from duplexctl.scenario.state import BACKCHANNEL, LiveTurn, PendingResume, Play, RunState, now_ns
 from duplexctl.units import NS_PER_S
 
 #: the error code an unanswered turn is recorded under (report.json ``errors``)
@@ -160,21 +161,38 @@ class TurnAssembly:
         cutoff = turn.frozen_ns if turn.frozen_ns is not None else _NEVER
         cs = run.conn.session if run.conn is not None else None
         track = cs.responses.get(turn.response_id) if cs and turn.response_id else None
+        spoken = track is not None and track.answer_start_ns is not None
         if track is not None:
 
             def upto(x: int | None) -> int | None:
                 return x if x is not None and x <= cutoff else None
 
-            t.t_created = upto(track.created_ns)
-            t.deltas = [Delta(r, e - s) for r, s, e in track.deltas if e > s and r <= cutoff]
-            t.first_text_recv = upto(track.first_text_ns)
-            if upto(track.done_ns) is not None:
-                t.t_done, t.status, t.reason = track.done_ns, track.status, track.reason
+            if spoken:  # a continuous lane: the answer is the speech in the response (§13.2)
+                answer_end = track.answer_end_ns
+                last = min(cutoff, answer_end) if answer_end is not None else cutoff
+                t.deltas = [Delta(r, e - s) for r, s, e, a in track.deltas if a and r <= last]
+                t.first_text_recv = upto(track.first_text_ns)
+                if upto(answer_end) is not None:
+                    t.t_done = answer_end
+                    if track.answer_end_by == "silence":
+                        t.status, t.reason = "completed", "silence"
+                    else:
+                        t.status, t.reason = track.status, track.reason
+            else:
+                t.t_created = upto(track.created_ns)
+                t.deltas = [Delta(r, e - s) for r, s, e, _ in track.deltas if e > s and r <= cutoff]
+                t.first_text_recv = upto(track.first_text_ns)
+                if upto(track.done_ns) is not None:
+                    t.t_done, t.status, t.reason = track.done_ns, track.status, track.reason
             if track.listen_ns is not None and track.listen_ns <= cutoff:
                 t.listened = True
+            if t.tool_calls:  # the tool figures read the answer's text after the output
+                t.text_recvs = [r for r in track.text_ns if r <= cutoff]
         play = run.plays.get(turn.response_id or "")
         first_audible = play.clock.first_audible if play is not None else None
-        if play is not None and first_audible is not None:
+        if play is not None and first_audible is not None and track is not None and spoken:
+            self._speech_playback(t, play, track)
+        elif play is not None and first_audible is not None:
             clock = play.clock
             t.p0 = int(first_audible * NS_PER_S)
             end = clock.end_time()
@@ -186,6 +204,28 @@ class TurnAssembly:
             if r.times in t.resumes:
                 self.finish_resume(r)
         return t
+
+    @staticmethod
+    def _speech_playback(t: TurnTimes, play: Play, track: ResponseTrack) -> None:
+        """A continuous lane's playback figures are the speech's, not the response's: P0 is
+        when its first audible packet plays, the end when its last one has, and heard_ms the
+        speech heard (the silence around it plays too, and says nothing)."""
+        clock = play.clock
+        start_ms = track.speech_start_ms
+        if start_ms is None:  # the answer is text so far
+            return
+        p0 = clock.wall_at(start_ms)
+        end = clock.wall_at(track.speech_end_ms)
+        if play.flushed:
+            flush_end = clock.end_time()
+            if flush_end is not None:
+                end = flush_end if end is None else min(end, flush_end)
+        t.p0 = int(p0 * NS_PER_S) if p0 is not None else None
+        t.playback_end = int(end * NS_PER_S) if end is not None else None
+        t.underruns, t.stall_ms = clock.underruns, clock.stall_ms
+        played = clock.heard_ms if play.flushed else clock.played_ms(now_ns() / NS_PER_S)
+        span = track.speech_end_ms - start_ms
+        t.heard_ms = min(span, max(0.0, (played or 0.0) - start_ms))
 
     def finish_resume(self, r: PendingResume) -> None:
         """Complete a resume's counts from the session's de-dup counters."""

@@ -38,6 +38,8 @@ class CliOptions:
     pace: str | None = None
     response_timeout_s: float | None = None
     prebuffer_ms: float | None = None
+    tools: Path | None = None
+    tool_outputs: Path | None = None
 
     def flags(self) -> dict[str, Any]:
         """The settings flags by name (``--session`` is a layer of its own, not a flag)."""
@@ -59,6 +61,8 @@ class ReplayConfig:
     response_timeout_s: float
     prebuffer_ms: float
     run: RunSettings  # every value with its origin, echoed into the report
+    # tool name -> {"output": str, "latency_ms": float}: the answers of --tool-outputs
+    tool_outputs: dict[str, dict[str, Any]] | None = None
     extra_notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -72,6 +76,7 @@ class ReplayConfig:
             response_timeout_s=run["response_timeout_s"],
             prebuffer_ms=run["prebuffer_ms"],
             run=run,
+            tool_outputs=run["tool_outputs"],
             extra_notes=list(run.notes),
         )
 

@@ -7,17 +7,32 @@ a committed turn (the server's ``speech_stopped`` / ``committed``), records erro
 wire trace, and keeps the record of every drop and resume — the scripted ones (a ``drop``
 step) and the ones the server caused, which the connection resumes by itself and which
 would otherwise look healthy (issue 17.4).
+
+**Which response answers a turn.** Where a response opens when the model decides to speak
+(Qwen3-Omni, MiniCPM-o), it is bound to the turn it answers at ``response.created``. On a
+lane that streams audio whether or not the model speaks (Nemotron VoiceChat, docs/protocol.md
+§13.2) a response opens before the model speaks and may never speak: there the protocol state
+says where the answer is (``AnswerStarted`` / ``AnswerEnded``: the first non-empty text or
+audible packet, then ``response.done`` or a second of silence) and only that binds; a
+response bound at ``response.created`` before the session's first packet showed the lane
+streams silence is let go again by that packet. A tool call's synthetic response answers no
+turn (§13.4); its call goes to the tool answerer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from duplexctl.client.connection import ConnectionLost, ViolationRecorded
+from duplexctl.protocol.cadence import refused_samples
 from duplexctl.protocol.client_state import (
+    AnswerEnded,
+    AnswerStarted,
     AudioDelta,
     Committed,
     ErrorReceived,
+    FunctionCall,
     Happening,
     Listen,
     ResponseCreated,
@@ -57,6 +72,8 @@ class Listener:
         self._log_buffer: list[Happening] | None = []  # recv during open, before the send line
         # the model decides when to answer: a commit does not oblige it to (docs §6.1)
         self._commits_oblige = run.config.end_mode is not TurnEnd.MODEL
+        # the tool answerer (tools.py), told of every call; None: calls are not answered
+        self.on_call: Callable[[FunctionCall], None] | None = None
 
     def on_happening(self, h: Happening) -> None:
         try:
@@ -88,13 +105,19 @@ class Listener:
         if isinstance(h, AudioDelta):  # the most frequent, so first (the types exclude each other)
             self._audio(h)
         elif isinstance(h, ResponseCreated):
-            run.assign(h.response_id, backchannel=h.backchannel)
-            if run.artifacts is not None:
-                run.artifacts.response_started(h.response_id, run.config.settings.output_rate)
+            self._created(h)
+        elif isinstance(h, AnswerStarted):
+            self._answer_started(h)
+        elif isinstance(h, AnswerEnded):
+            self._answer_ended(h)
         elif isinstance(h, ResponseDone):
             self._response_done(h)
+        elif isinstance(h, FunctionCall):
+            run.unassign(h.response_id)  # bound at its response.created: it answers no turn
+            if self.on_call is not None:
+                self.on_call(h)
         elif isinstance(h, Listen) and h.response_id is not None:
-            turn = run.by_response.get(h.response_id)
+            turn = self._bound(h.response_id)
             if turn is not None:
                 turn.listened = True
         elif isinstance(h, SpeechStopped):
@@ -133,14 +156,70 @@ class Listener:
 
     # -- answers -----------------------------------------------------------------------------
 
-    def _audio(self, h: AudioDelta) -> None:
+    def _created(self, h: ResponseCreated) -> None:
+        run = self.run
+        cs = run.session
+        if run.artifacts is not None:
+            run.artifacts.response_started(h.response_id, run.config.settings.output_rate)
+        if not cs.continuous_output:  # else the answer will say where it is
+            run.assign(h.response_id, backchannel=h.backchannel)
+
+    def _bound(self, response_id: str) -> LiveTurn | None:
+        """The turn ``response_id`` answers, bound now if this lane binds it here (see the
+        module docstring); None while it answers none (yet)."""
+        run = self.run
+        turn = run.by_response.get(response_id)
+        if turn is not None:
+            return turn
+        cs = run.session
+        track = cs.responses.get(response_id)
+        if cs.continuous_output or (track is not None and track.kind == "function_call"):
+            return None
+        return run.assign(response_id)
+
+    def _answer_started(self, h: AnswerStarted) -> None:
+        """A continuous lane's answer began: it answers the turn awaiting one."""
         run = self.run
         turn = run.assign(h.response_id)
+        play = run.plays.get(h.response_id)
+        if play is not None and play.turn is None:
+            play.turn = turn
+        track = run.session.responses.get(h.response_id)
+        if track is not None and track.first_audible_ns is not None and turn.frozen_ns is None:
+            turn.first_audio.set()
+
+    def _answer_ended(self, h: AnswerEnded) -> None:
+        """A continuous lane's answer is over: its turn ends when its speech has played."""
+        turn = self.run.by_response.get(h.response_id)
+        if turn is None:
+            return
+        turn.done.set()
+        self.playback.answer_ended(h.response_id, turn)
+        self.run.report_dirty = True
+
+    def _audio(self, h: AudioDelta) -> None:
+        run = self.run
+        turn = self._bound(h.response_id)
+        cs = run.session
+        if turn is not None and cs.continuous_output and not h.audible:
+            track = cs.responses.get(h.response_id)
+            if track is not None and track.first_audible_ns is None and not track.first_text_ns:
+                # bound at response.created before the lane showed it streams silence: the
+                # response answers a turn only once the model speaks in it
+                run.unassign(h.response_id)
+                turn = None
         self.playback.received(h, turn)
         if run.artifacts is not None and h.pcm:
             run.artifacts.response_audio(h.response_id, h.pcm, h.sample_rate_hz)
         duration = h.audio_end_ms - h.audio_start_ms
-        if duration > 0 and not turn.first_audio.is_set() and turn.frozen_ns is None:
+        # where the model may open a response before it speaks, its audio is its voice
+        audible = h.audible if cs.model_native else duration > 0
+        if (
+            turn is not None
+            and audible
+            and not turn.first_audio.is_set()
+            and turn.frozen_ns is None
+        ):
             turn.first_audio.set()
         headless = run.headless
         on_audio = headless.on_audio if headless is not None else None
@@ -149,9 +228,16 @@ class Listener:
 
     def _response_done(self, h: ResponseDone) -> None:
         run = self.run
-        turn = run.assign(h.response_id)
         if run.artifacts is not None:
             run.artifacts.response_finished(h.response_id, h.status or "unknown")
+        if run.session.continuous_output:  # the answer's end is AnswerEnded (it follows)
+            bound = run.by_response.get(h.response_id)
+            if bound is not None and h.status == "cancelled":
+                self.playback.flush(bound, h.recv_ns)
+            return
+        turn = self._bound(h.response_id)
+        if turn is None:  # a tool call's response: it answered no turn
+            return
         if h.status == "cancelled":
             self.playback.flush(turn, h.recv_ns)  # the first trusted stop signal
         turn.done.set()
@@ -175,6 +261,8 @@ class Listener:
         run = self.run
         err = h.error
         run.errors.append({"t_ms": run.t_ms(h.recv_ns), "code": err.code, "message": err.message})
+        if refused_samples(err) is not None:
+            return  # an append longer than the lane takes: the microphone follows the limit
         turn = run.awaiting(need_eos=False)
         if turn is not None and err.code not in _NOT_TURN_ERRORS and turn.response_id is None:
             turn.times.error = err.code

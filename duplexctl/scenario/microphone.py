@@ -62,6 +62,7 @@ class ScriptedMicrophone:
             grid=headless.send_grid if headless is not None else None,
         )
         self._marking: list[LiveTurn] = []  # turns whose reference points are still due
+        self._learned_samples: int | None = None  # the refusal limit the cadence follows
         self._next_mark_ms = math.inf  # no append ending before this can stamp anything
         self._late_commits: set[asyncio.Task[None]] = set()
 
@@ -124,6 +125,24 @@ class ScriptedMicrophone:
     def position_ms(self) -> float:
         return self.queue.position_ms
 
+    def adopt_cadence(self) -> None:
+        """Cut the appends the way the lane wants them (docs/protocol.md §13.1): asked once
+        the session is open (its ``chunk_period_ms``) and again after a refusal of a longer
+        append taught the limit. The decision is the protocol state's
+        (:meth:`~duplexctl.protocol.client_state.ClientSession.packet_ms`)."""
+        run = self.run
+        cs = run.session
+        self._learned_samples = cs.max_append_samples
+        origin = run.config.run.origins.get("chunk_ms")
+        asked_by = "--chunk-ms" if origin is not None and origin.value == "flag" else "chunk_ms"
+        decided = cs.packet_ms(run.config.chunk_ms, self.queue.rate, asked_by=asked_by)
+        if decided.packet_ms == self.pacer.chunk_ms:
+            return
+        self.pacer.retime(decided.packet_ms)
+        if decided.note is not None:
+            run.notes.append(decided.note)
+            run.progress(decided.note)
+
     # -- the loop --------------------------------------------------------------------------------
 
     async def loop(self) -> None:
@@ -132,7 +151,7 @@ class ScriptedMicrophone:
         assert run.conn is not None
         conn = run.conn
         cs = conn.session
-        chunk_ms = run.config.chunk_ms
+        self.adopt_cadence()
         fast = run.config.pace is Pace.FAST
         encode = self._encode
         headless = run.headless
@@ -142,9 +161,12 @@ class ScriptedMicrophone:
         duty = playback.duty if headless is not None else None
         assembly = self.assembly
         # with nothing to trace, appends go out as pre-formatted text (no dict, no orjson)
-        text_only = run.artifacts is None and type(chunk_ms) is int
+        text_only = run.artifacts is None
         append_text = cs.append_text
         while True:
+            if cs.max_append_samples != self._learned_samples:
+                self.adopt_cadence()  # the server refused longer appends: follow its limit
+            chunk_ms = pacer.chunk_ms
             chunk = await pacer.next_chunk()
             if chunk is None:
                 return
@@ -185,6 +207,8 @@ class ScriptedMicrophone:
                 owed = duty.due(now / NS_PER_S)
                 if owed or duty.played_out:
                     await playback.send(owed)
+                if now / NS_PER_S >= playback.next_finish_s:
+                    await playback.send_owed(now / NS_PER_S)
                 if now >= assembly.next_answer_due_ns:
                     assembly.expire_unanswered(now)
             if fast and chunk.silent:

@@ -219,7 +219,24 @@ class Commit:
     expect: tuple[Expectation, ...] = ()
 
 
-Step = Say | Silence | Pause | Wait | BargeIn | Cancel | Drop | Commit
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """Answer the model's next tool call (docs/protocol.md §13.4): wait up to ``timeout_s``
+    (None = the response timeout) for a call of ``name`` (None = any tool) in the latest
+    turn, then ``latency_ms`` later send its ``function_call_output``: ``output``, or the
+    ``--tool-outputs`` entry of the tool called when None. The step's expectations apply to
+    that turn (``tool_call_ms``, ``tool_answer_text_ms``, ``tool_answer_audio_ms``,
+    ``task_ms`` …)."""
+
+    index: int
+    output: str | None = None
+    name: str | None = None
+    latency_ms: float | None = None
+    timeout_s: float | None = None
+    expect: tuple[Expectation, ...] = ()
+
+
+Step = Say | Silence | Pause | Wait | BargeIn | Cancel | Drop | Commit | ToolOutput
 
 ACTIONS: Final[dict[str, type]] = {
     "say": Say,
@@ -230,6 +247,7 @@ ACTIONS: Final[dict[str, type]] = {
     "cancel": Cancel,
     "drop": Drop,
     "commit": Commit,
+    "tool_output": ToolOutput,
 }
 
 

@@ -8,6 +8,7 @@ not a half-finished run. Paths inside a scenario are relative to the scenario fi
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ from duplexctl.scenario.model import (
     Settings,
     Silence,
     Step,
+    ToolOutput,
     Wait,
 )
 
@@ -52,6 +54,7 @@ _STEP_KEYS: Final[dict[str, frozenset[str]]] = {
     "cancel": frozenset({"after_ms", "anchor"}),
     "drop": frozenset({"after_ms", "anchor", "resume_after_ms"}),
     "commit": frozenset({"response_create"}),
+    "tool_output": frozenset({"output", "name", "latency_ms", "timeout_s"}),
 }
 
 
@@ -173,6 +176,8 @@ def _settings(raw: Any, session: Any, source: Path) -> Settings:
         if key == "ref_audio":
             values[key] = _file(value, source.parent, "settings: ref_audio")
             continue
+        if key in ("tools", "tool_outputs") and isinstance(value, str):
+            value = _file(value, source.parent, f"settings: {key}")
         try:
             values[key] = check_setting(key, value)
         except ValueError as exc:
@@ -287,6 +292,18 @@ def _step(index: int, raw: dict[str, Any], base: Path) -> Step:
             after_ms=_after(raw, action),
             anchor=_anchor(raw, action),
             resume_after_ms=500.0 if resume is None else resume,
+            expect=expect,
+        )
+    if action == "tool_output":
+        output = raw.get("output")
+        if output is not None and not isinstance(output, str):
+            output = json.dumps(output)  # a table or list: sent as its JSON text
+        return ToolOutput(
+            index,
+            output=output,
+            name=_opt(raw, "name", str, action),
+            latency_ms=_non_negative(raw, "latency_ms", action),
+            timeout_s=_positive(raw, "timeout_s", action),
             expect=expect,
         )
     response_create = _opt(raw, "response_create", bool, "commit")

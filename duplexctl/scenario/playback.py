@@ -12,6 +12,7 @@ has played out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -40,6 +41,9 @@ class ReplayPlayback:
         self.assembly = assembly
         self.duty: PlaybackDuty | None = None
         self._writing: dict[str, Play] = {}  # plays with heard audio still to write (--out)
+        # continuous lanes: answers over whose speech is still playing, and when it ends (s)
+        self._finishing: dict[str, tuple[LiveTurn, float]] = {}
+        self.next_finish_s = math.inf
 
     def start(self) -> None:
         """The session is open: the duty reads its protocol state."""
@@ -52,13 +56,16 @@ class ReplayPlayback:
 
     # -- fed by the listener and the steps ---------------------------------------------------
 
-    def received(self, h: AudioDelta, turn: LiveTurn) -> Play:
-        """An audio delta of ``turn``'s answer: onto its clock (and its heard audio)."""
+    def received(self, h: AudioDelta, turn: LiveTurn | None) -> Play:
+        """An audio delta of ``turn``'s answer (None: of a response that answers no turn,
+        yet): onto its clock (and its heard audio)."""
         run = self.run
         play = self.run.plays.get(h.response_id)
         if play is None:
             play = Play(h.response_id, turn, PlaybackClock(run.config.prebuffer_ms))
             self.run.plays[h.response_id] = play
+        elif turn is not None:
+            play.turn = turn
         clock = play.clock
         now_s = h.recv_ns / NS_PER_S
         duration = h.audio_end_ms - h.audio_start_ms
@@ -100,6 +107,32 @@ class ReplayPlayback:
                 at_ns, "playback.flush", response_id=play.response_id, heard_ms=heard
             )
 
+    def answer_ended(self, response_id: str, turn: LiveTurn) -> None:
+        """A continuous lane's answer is over (docs/protocol.md §13.2): its turn finishes
+        once the clock has played its speech — now if it has (or was flushed), else at that
+        moment, though the response's silence goes on playing."""
+        play = self.run.plays.get(response_id)
+        track = self.run.session.responses.get(response_id)
+        end = None
+        if play is not None and not play.flushed and track is not None:
+            end = play.clock.wall_at(track.speech_end_ms)
+        if end is None or end <= now_ns() / NS_PER_S:
+            self.assembly.finish(turn)
+            return
+        self._finishing[response_id] = (turn, end)
+        self.next_finish_s = min(self.next_finish_s, end)
+
+    def _finish_played(self, now_s: float) -> None:
+        """Finish the answers whose speech has played by ``now_s``."""
+        upcoming = math.inf
+        for rid, (turn, end) in list(self._finishing.items()):
+            if end <= now_s:
+                del self._finishing[rid]
+                self.assembly.finish(turn)
+            else:
+                upcoming = min(upcoming, end)
+        self.next_finish_s = upcoming
+
     def answer_over(self, response_id: str) -> bool:
         """At ``response.done``: nothing is left to play (flushed, or no audio at all), so
         the turn is finished now rather than when its playback ends."""
@@ -122,6 +155,8 @@ class ReplayPlayback:
         played out. Called by the ticker, the headless microphone and the interruptions."""
         if self.duty is not None:
             await self.send(self.duty.due(now_s))
+        if now_s >= self.next_finish_s:
+            self._finish_played(now_s)
 
     async def send(self, owed: Sequence[dict[str, Any]]) -> None:
         """Send ``owed`` (what the duty's ``due`` returned); finish the turns whose answer

@@ -29,6 +29,7 @@ from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
 from duplexctl.scenario.state import BACKCHANNEL, RunState
+from duplexctl.scenario.tools import UNANSWERED_CALL
 
 
 @dataclass(slots=True)
@@ -42,14 +43,27 @@ class ReplayResult:
     interrupted: bool
     problems: list[str]
     unanswered_turns: int = 0
+    unanswered_tool_calls: int = 0
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
-        if self.failed_expectations or self.violations or self.problems or self.unanswered_turns:
-            return 1
-        return 0
+        return 1 if self.failure_reasons() else 0
+
+    def failure_reasons(self) -> list[str]:
+        """Why the run failed, in a few words each (empty: it did not). The one list the
+        exit code and the ``check failed`` line both read, so that line is never empty."""
+        reasons = []
+        if self.failed_expectations:
+            reasons.append(f"{len(self.failed_expectations)} expectation(s) failed")
+        if self.violations:
+            reasons.append(f"{self.violations} protocol violation(s)")
+        if self.unanswered_turns:
+            reasons.append(f"{self.unanswered_turns} turn(s) without an answer")
+        if self.unanswered_tool_calls:
+            reasons.append(f"{self.unanswered_tool_calls} tool call(s) nothing answered")
+        return reasons + self.problems
 
 
 def connection_summary(run: RunState) -> dict[str, Any]:
@@ -256,20 +270,23 @@ class ReplayReport:
                 if r.end_mode == BACKCHANNEL
             ],
             "unanswered_turns": sum(e.get("code") == NO_RESPONSE for e in run.errors),
+            "unanswered_tool_calls": sum(e.get("code") == UNANSWERED_CALL for e in run.errors),
             "expectations": {"checked": checked, "failed": failed, "not_reached": not_reached},
             "violations": [v.to_dict() for v in checker.violations] if checker else [],
             "violation_counts": checker.counts() if checker else {},
             "errors": run.errors,
             "problems": run.problems,
+            "notes": run.notes,
             "pacing": {
                 "chunk_ms": config.chunk_ms,
+                "packet_ms": self.pacer.chunk_ms,
                 "appends": lag.count,
                 "skipped_appends": run.skipped_appends,
                 "send_lag_p99_ms": round(lag.percentile(99), 3),
                 "send_lag_max_ms": round(lag.max_ms, 3),
                 "invalid_pacing": config.pace is Pace.REALTIME
                 and lag.count > 0
-                and lag.percentile(99) > config.chunk_ms,
+                and lag.percentile(99) > self.pacer.chunk_ms,
             },
             "measurement_origins": {"connection": RUN_ORIGINS},
         }
@@ -302,6 +319,7 @@ class ReplayReport:
             interrupted=self.run.interrupted,
             problems=list(self.run.problems),
             unanswered_turns=report["unanswered_turns"],
+            unanswered_tool_calls=report["unanswered_tool_calls"],
         )
         report["exit_code"] = result.exit_code
         return result

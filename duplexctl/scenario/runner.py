@@ -62,6 +62,7 @@ from duplexctl.scenario.results import ReplayReport, ReplayResult
 from duplexctl.scenario.state import CLOSE_TIMEOUT_S, Headless, LiveTurn, PendingResume, RunState
 from duplexctl.scenario.steps import StepInterpreter
 from duplexctl.scenario.ticker import Ticker
+from duplexctl.scenario.tools import ToolAnswerer
 
 if TYPE_CHECKING:
     from duplexctl.export.live import Feed
@@ -102,8 +103,12 @@ class Replay:
         self.assembly = TurnAssembly(run)
         self.playback = ReplayPlayback(run, self.assembly)
         self.listener = Listener(run, self.playback, self.assembly)
+        self.tools = ToolAnswerer(run)
+        self.listener.on_call = self.tools.on_call
         self.mic = ScriptedMicrophone(run, self.playback, self.assembly, clips)
-        self.steps = StepInterpreter(run, self.mic, self.playback, self.listener, self.assembly)
+        self.steps = StepInterpreter(
+            run, self.mic, self.playback, self.listener, self.assembly, self.tools
+        )
         self.report = ReplayReport(run, self.assembly, self.mic.pacer)
 
     # -- what load and the tests read ------------------------------------------------------
@@ -236,6 +241,7 @@ class Replay:
         if headless is not None and headless.on_open is not None:
             headless.on_open(conn)
         tasks = [asyncio.create_task(self.mic.loop(), name="replay-mic")]
+        ticker: Ticker | None = None
         if headless is None:
             ticker = Ticker(run, self.playback, self.assembly, self.report.build)
             tasks.append(asyncio.create_task(ticker.loop(), name="replay-ticker"))
@@ -263,6 +269,7 @@ class Replay:
                 with contextlib.suppress(BaseException):
                     await task
             self.mic.close()
+            await self.tools.close()
             run.closing = True
             with contextlib.suppress(BaseException):
                 await asyncio.shield(conn.close(timeout=close_timeout))
@@ -271,6 +278,9 @@ class Replay:
                 close_event = {"type": "session.close", "reason": "client_close"}
                 run.artifacts.event("send", t_close, close_event)
             self.playback.flush_heard()
+            self.tools.finish()  # a tool call nothing answered is an error of the run
+            if ticker is not None:
+                ticker.print_finished_turns()  # a turn that finished on the last tick
             run.status = "interrupted" if run.interrupted else "finished"
 
     def _finish_artifacts(

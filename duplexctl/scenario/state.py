@@ -172,6 +172,7 @@ class RunState:
         self.resumes: list[tuple[LiveTurn | None, PendingResume]] = []
         self.errors: list[dict[str, Any]] = []
         self.problems: list[str] = []
+        self.notes: list[str] = []  # what the client adapted to the server (cadence …)
         self.skipped_appends = 0
         self.unanswered_interruptions = 0  # headless: skipped, the answer had already ended
         self.completed = False  # every step ran
@@ -246,6 +247,23 @@ class RunState:
         turn.times.response_id = response_id
         self.by_response[response_id] = turn
         return turn
+
+    def unassign(self, response_id: str) -> None:
+        """``response_id`` answers no turn after all (a tool call's synthetic response,
+        docs/protocol.md §13.4): its turn awaits its answer again; an unsolicited turn made
+        for it alone goes."""
+        turn = self.by_response.pop(response_id, None)
+        if turn is None:
+            return
+        play = self.plays.get(response_id)
+        if play is not None:
+            play.turn = None
+        if turn.times.step == 0 and self.turns and self.turns[-1] is turn:
+            self.turns.pop()
+            return
+        turn.response_id = None
+        turn.times.response_id = None
+        turn.first_audio.clear()
 
     def t_ms(self, t_ns: int) -> float:
         """A monotonic stamp as ms since the run began (report times)."""

@@ -32,11 +32,13 @@ from duplexctl.scenario.model import (
     Say,
     Silence,
     Step,
+    ToolOutput,
     TurnEnd,
     Wait,
 )
 from duplexctl.scenario.playback import ReplayPlayback
 from duplexctl.scenario.state import LiveTurn, RunState, now_ns
+from duplexctl.scenario.tools import ToolAnswerer
 from duplexctl.units import NS_PER_MS, NS_PER_S
 
 
@@ -62,12 +64,14 @@ class StepInterpreter:
         playback: ReplayPlayback,
         listener: Listener,
         assembly: TurnAssembly,
+        tools: ToolAnswerer,
     ) -> None:
         self.run = run
         self.mic = mic
         self.playback = playback
         self.listener = listener
         self.assembly = assembly
+        self.tools = tools
         self._paused = False  # the step being run is followed by a pause
 
     async def run_steps(self) -> None:
@@ -117,6 +121,8 @@ class StepInterpreter:
             return await self._cancel(step)
         if isinstance(step, Drop):
             return await self._drop(step)
+        if isinstance(step, ToolOutput):
+            return await self.tools.step(step)
         raise AssertionError(f"unknown step {step!r}")
 
     async def _anchor(self, step: BargeIn | Cancel | Drop, target: LiveTurn | None) -> bool:
@@ -141,9 +147,14 @@ class StepInterpreter:
             if not target.first_audio.is_set():
                 return False  # headless: answered without audio, nothing to interrupt
             assert target.response_id is not None
-            track = run.conn.session.responses.get(target.response_id) if run.conn else None
-            if track is not None and track.first_audio_ns is not None:
-                start = track.first_audio_ns
+            cs = run.conn.session if run.conn else None
+            track = cs.responses.get(target.response_id) if cs else None
+            # on a lane that streams silence too, the answer's audio is its first audible one
+            first = None
+            if track is not None and cs is not None:
+                first = track.first_audible_ns if cs.model_native else track.first_audio_ns
+            if first is not None:
+                start = first
         delay = (start + step.after_ms * NS_PER_MS - now_ns()) / NS_PER_S
         if delay > 0:
             await asyncio.sleep(delay)

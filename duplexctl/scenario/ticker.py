@@ -57,11 +57,11 @@ class Ticker:
             if run.report_dirty and now_s - last_report >= REPORT_EVERY_S:
                 last_report = now_s
                 run.report_dirty = False
-                self._print_finished_turns()
+                self.print_finished_turns()
                 if run.artifacts is not None:
                     run.artifacts.write_report(self.build_report())
 
-    def _print_finished_turns(self) -> None:
+    def print_finished_turns(self) -> None:
         run = self.run
         done = [t for t in run.turns if t.finished.is_set() and t.index not in self._printed]
         if not done:

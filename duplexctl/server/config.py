@@ -48,8 +48,9 @@ class ServerConfig:
     dialect: Dialect = Dialect.G2
     served_model: str = "duplexctl/simulated-duplex"
     # lane/model personality: "turn" = Qwen3-Omni-like turn-based plugin (refuses
-    # auto_response); "native" = MiniCPM-o-like model-native plugin (accepts both lanes)
-    model_profile: Literal["native", "turn"] = "native"
+    # auto_response); "native" = MiniCPM-o-like model-native plugin (accepts both lanes);
+    # "frame" = Nemotron VoiceChat-like: frame-locked 80 ms, auto_response only, tool calls
+    model_profile: Literal["native", "turn", "frame"] = "native"
 
     # admission and lifecycle (docs/protocol.md §6.6-6.8)
     max_sessions: int = 4
@@ -79,6 +80,11 @@ class ServerConfig:
     gpu_slots: int = 0  # 0 = unlimited (no contention)
     unit_compute_ms: float = 0.0  # GPU time one output unit occupies a slot
     silence_units: int = 1  # native lane: silent units after speech before answering
+    # frame profile (docs/protocol.md §13; server/engine/frame_lane.py)
+    eou_ms: float = 640.0  # silence after the user's speech before the model takes its turn
+    barge_in_ms: float = 240.0  # speech over the answer before the model ends its turn
+    tool_call: str | None = None  # call this declared tool on a session's first turn
+    tool_args: str = '{"city": "Paris"}'  # the call's arguments (a JSON object)
     seed: int | None = None
 
     faults: list[Fault] = field(default_factory=list)

@@ -27,6 +27,7 @@ from duplexctl.server import session_object, translate
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.engine.context import Emit, SessionContext
 from duplexctl.server.engine.conversation import Conversation
+from duplexctl.server.engine.frame_lane import FrameLane
 from duplexctl.server.engine.input_lane import InputLane
 from duplexctl.server.engine.interruptions import Interruptions
 from duplexctl.server.engine.lanes import NativeLane, Overlap, TurnLane
@@ -92,6 +93,16 @@ class EngineSession:
         )
         self._utterance = Utterance(ctx, self._conversation, self._playback)
         self._overlap = overlap = Overlap(ctx, self._interruptions, gpu)
+        self._frames = (
+            FrameLane(
+                ctx,
+                utterance=self._utterance,
+                responses=self._responses,
+                conversation=self._conversation,
+            )
+            if config.model_profile == "frame"
+            else None
+        )
         self._input = InputLane(
             ctx,
             utterance=self._utterance,
@@ -110,6 +121,7 @@ class EngineSession:
                 responses=self._responses,
                 interruptions=self._interruptions,
             ),
+            frame_lane=self._frames,
             responses=self._responses,
             interruptions=self._interruptions,
             turns=turns,
@@ -125,7 +137,7 @@ class EngineSession:
             "input.cancel": self._input.on_cancel,
             "barge_in": self._input.on_barge_in,
             "input.text.append": self._input.on_text_append,
-            "conversation.item.create": self._conversation.on_create,
+            "conversation.item.create": self._on_item_create,
             "conversation.item.retrieve": self._conversation.on_retrieve,
             "conversation.item.delete": self._conversation.on_delete,
             "conversation.item.truncate": self._playback.on_truncate,
@@ -295,6 +307,15 @@ class EngineSession:
             self._utterance.retune(updated.turn_detection)
         ctx.settings = updated
         ctx.ev("session.updated", session=self.session_object())
+
+    def _on_item_create(self, cmd: translate.Command) -> None:
+        """A tool's result goes to the frame-locked lane that made the call (§13.4); every
+        other item (and a result anywhere else) to the conversation."""
+        item = cmd.args["item"]
+        if self._frames is not None and item.get("type") == "function_call_output":
+            self._frames.function_output(item, cmd.event_id)
+            return
+        self._conversation.on_create(cmd)
 
     def _on_turn_signal(self, cmd: translate.Command) -> None:
         ctx = self._ctx

@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from duplexctl.audio import pcm
 from duplexctl.audio.pcm import normalize_format
 from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server.config import ServerConfig
@@ -151,11 +152,34 @@ class SessionObjectError(ValueError):
         self.message = message
 
 
+# Nemotron VoiceChat's preset in vLLM-Omni 0.30.0 (docs/protocol.md §13): frame-locked 80 ms,
+# the model's own barge-in only, no truncate, no text-only turn
+_FRAME_OVERRIDES: Final[dict[str, Any]] = {
+    **_NATIVE_OVERRIDES,
+    "supports_external_turn_signal": False,
+    "supports_barge_in": False,
+    "supports_reencode_context": False,
+    "supports_scheduler_native_append": False,
+    "supports_core_resumable_request": True,
+    "supports_stage_resumption": True,
+    "supports_audio_truncate": False,
+    "supports_image_input": False,
+    "requires_model_runner_kv": True,
+    "requires_native_stage_role": True,
+    "adapter_patterns": ["scheduler_data_plane"],
+    "signal_sources": ["model_native", "client_event"],
+    "chunk_period_ms": 80,
+    "target_barge_in_latency_ms": None,
+}
+
+
 def capabilities(config: ServerConfig) -> dict[str, Any]:
     """The ``capabilities`` dict of the configured model profile (a fresh copy)."""
     caps = copy.deepcopy(_TURN_CAPABILITIES)
     if config.model_profile == "native":
         caps.update(copy.deepcopy(_NATIVE_OVERRIDES))
+    elif config.model_profile == "frame":
+        caps.update(copy.deepcopy(_FRAME_OVERRIDES))
     return caps
 
 
@@ -179,7 +203,7 @@ class NegotiatedSettings:
     overlap_policy: str = LISTEN_ONLY
     overlap_short_ack_ms: float = 700
     overlap_barge_in_ms: float = 1200
-    overlap_silence_rms: float = 0.003
+    overlap_silence_rms: float = pcm.SILENCE_RMS
     playback_commit_policy: str = ACK_ONLY
     temperature: float | None = None
     max_tokens: Any = None
@@ -191,6 +215,7 @@ class NegotiatedSettings:
     tracing: Any = None
     audio: dict[str, Any] | None = None
     echo: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] = field(default_factory=list)  # frame profile: the callable
 
     @property
     def server_vad(self) -> bool:
@@ -369,17 +394,27 @@ def _check_other(obj: dict[str, Any]) -> None:
 
 def _auto_response(obj: dict[str, Any]) -> bool | None:
     extra = obj.get("extra_body")
+    if isinstance(extra, dict) and extra.get("full_duplex") is True:
+        return True  # Nemotron's other spelling (docs/protocol.md §13)
     if isinstance(extra, dict) and "auto_response" in extra:
         return extra["auto_response"] is True
     return None
 
 
 def _profile_check(settings: NegotiatedSettings, config: ServerConfig) -> None:
-    """The model plugin's own refusal (``invalid_duplex_runtime_config``)."""
+    """The model plugin's own refusal (``invalid_duplex_runtime_config``; the frame profile:
+    ``unsupported_nemotron_duplex_mode`` without auto_response, as 0.30.0's Nemotron)."""
     if config.model_profile == "turn" and settings.auto_response:
         raise ProtocolError(
             "invalid_duplex_runtime_config",
             "Qwen requires server VAD or explicit commits; native auto_response is unsupported",
+            echo_event_id=False,
+        )
+    if config.model_profile == "frame" and not settings.auto_response:
+        raise ProtocolError(
+            "unsupported_nemotron_duplex_mode",
+            "This frame-locked duplex model supports model-native full-duplex streaming only; "
+            "set extra_body.auto_response=true",
             echo_event_id=False,
         )
 
@@ -471,7 +506,41 @@ def parse_open(session_obj: dict[str, Any] | None, config: ServerConfig) -> Nego
         )
     settings.idle_timeout_s = float(settings.idle_timeout_s)
     _profile_check(settings, config)
+    if config.model_profile == "frame":
+        settings.tools = normalized_tools(obj.get("tools"))
     return settings
+
+
+#: tools a frame-locked session may declare (0.30.0's Nemotron plugin)
+MAX_TOOLS: Final = 5
+
+
+def normalized_tools(value: Any) -> list[dict[str, Any]]:
+    """The session's ``tools`` as flat function tools; ProtocolError as 0.30.0 refuses them."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ProtocolError(
+            "invalid_duplex_runtime_config", "tools must be a list", echo_event_id=False
+        )
+    if len(value) > MAX_TOOLS:
+        raise ProtocolError(
+            "invalid_duplex_runtime_config",
+            f"This duplex model supports at most {MAX_TOOLS} tools per session",
+            echo_event_id=False,
+        )
+    out = []
+    for tool in value:
+        spec = tool.get("function") if isinstance(tool, dict) else None
+        flat = spec if isinstance(spec, dict) else tool
+        if not isinstance(flat, dict) or not isinstance(flat.get("name"), str) or not flat["name"]:
+            raise ProtocolError(
+                "invalid_duplex_runtime_config",
+                "every tool needs a function name",
+                echo_event_id=False,
+            )
+        out.append(dict(flat))
+    return out
 
 
 # --- later update ------------------------------------------------------------------------
@@ -522,6 +591,17 @@ def apply_update(
             "voice cannot change once audio output has started",
             sequenced=True,
         )
+    if config.model_profile == "frame":
+        for key, old in (("instructions", settings.instructions), ("tools", settings.tools)):
+            if key not in patch:
+                continue
+            new = normalized_tools(patch[key]) if key == "tools" else patch[key]
+            if new != old:
+                raise ProtocolError(
+                    "invalid_duplex_runtime_config",
+                    f"{key} cannot change inside an active frame-locked duplex session",
+                    sequenced=True,
+                )
     if (
         config.model_profile == "native"
         and "instructions" in patch
@@ -610,6 +690,8 @@ def build(
     }
     if s.ref_audio is not None:
         obj["ref_audio"] = s.ref_audio
+    if s.tools:  # the frame profile keeps the tools it was opened with (immutable, §13.4)
+        obj["tools"] = copy.deepcopy(s.tools)
     for key, value in s.echo.items():
         obj.setdefault(key, copy.deepcopy(value))
     obj["object"] = "realtime.session"

@@ -56,6 +56,8 @@ from duplexctl.client.connection import (
 )
 from duplexctl.errors import STOP_SIGNALS, DuplexctlError, MissingDependency, ServerUnreachable
 from duplexctl.protocol.client_state import (
+    AnswerEnded,
+    AnswerStarted,
     AudioDelta,
     Committed,
     ErrorReceived,
@@ -176,6 +178,7 @@ class ResponseState:
     heard_ms: float | None = None
     finalized: bool = False
     barge: Interruption | None = None
+    counted: bool = True  # a user turn's answer (a continuous lane's silent response is not)
 
 
 @dataclass(slots=True)
@@ -231,6 +234,7 @@ class TalkSession:
         self._echo_shown = 0.0
         self.responses: dict[str, ResponseState] = {}
         self.turns: list[TurnTimes] = []
+        self._cadence_notes: list[str] = []
         self.records: list[TurnRecord] = []
         self.barge_ins: list[Interruption] = []
         self.duty: PlaybackDuty | None = None
@@ -620,7 +624,8 @@ class TalkSession:
         # TalkConfig.__post_init__ resolved it: talk's default is 100, a given one is checked
         assert self.config.chunk_ms is not None
         rate = self.settings.input_rate
-        chunk_frames = rate * self.config.chunk_ms // 1000
+        chunk_frames = self._packet_frames(rate)
+        learned = self.conn.session.max_append_samples if self.conn is not None else None
         detector = BargeInDetector(rate, self.config.barge_threshold_db)
         turn_vad = StreamingVad(rate, VadParams())
         if isinstance(self.input, FileInput) and self.mode == "ptt":
@@ -635,13 +640,16 @@ class TalkSession:
             self.view.level(_dbfs(block.samples))
             if self.user_wav is not None:
                 self.user_wav.write(block.samples)
-            armed = self.config.barge_in != "off" and self.output.busy()
+            armed = self.config.barge_in != "off" and self.output.busy() and self._speaking()
             heard = block if self.echo is None else self.echo.for_barge_in or block
             onset = detector.feed(heard, armed=armed, now=now)
             if onset is not None:
                 await self._interrupt("speech", onset)  # flushes first, then tells the server
             for ev in turn_vad.feed(block.samples):
                 self._on_turn_vad(ev.kind, ev.onset_ms if ev.kind == "start" else ev.ms)
+            if self.conn is not None and self.conn.session.max_append_samples != learned:
+                learned = self.conn.session.max_append_samples  # a refusal taught the limit
+                chunk_frames = self._packet_frames(rate)
             self._pending.append(block.samples)
             self._pending_frames += block.samples.size
             if self._pending_t is None:
@@ -655,6 +663,18 @@ class TalkSession:
             if self._stop.is_set():
                 return
         self._request_stop("input ended")
+
+    def _packet_frames(self, rate: int) -> int:
+        """Samples per append: ``--chunk-ms``, cut to what the lane wants
+        (docs/protocol.md §13.1; the decision is the protocol state's)."""
+        assert self.config.chunk_ms is not None and self.conn is not None
+        origin = self.config.settings.origins.get("chunk_ms")
+        asked_by = "--chunk-ms" if origin is not None and origin.value == "flag" else "chunk_ms"
+        decided = self.conn.session.packet_ms(self.config.chunk_ms, rate, asked_by=asked_by)
+        if decided.note is not None and decided.note not in self._cadence_notes:
+            self._cadence_notes.append(decided.note)
+            self.view.info(decided.note)
+        return rate * decided.packet_ms // 1000
 
     async def _flush_pending(self, *, final: bool, chunk_frames: int | None = None) -> None:
         """Send whole chunks of the pending input (all of it when ``final``)."""
@@ -689,12 +709,14 @@ class TalkSession:
 
         self._when_sent(u_ms, carrying=False, callback=resolved)
 
-    def _claim_eos(self) -> int | None:
-        """t_eos of the latest finished, unclaimed utterance (the turn being answered)."""
+    def _claim_eos(self, before_ns: int | None = None) -> int | None:
+        """t_eos of the latest finished, unclaimed utterance (the turn being answered); with
+        ``before_ns``, of one whose speech had ended by then (a late claim: the answer began
+        before the local VAD had decided the utterance was over)."""
         for utt in reversed(self.utterances):
             if utt.claimed:
                 return None
-            if utt.t_eos_ns is not None:
+            if utt.t_eos_ns is not None and (before_ns is None or utt.t_eos_ns <= before_ns):
                 utt.claimed = True
                 return utt.t_eos_ns
         return None
@@ -727,7 +749,14 @@ class TalkSession:
             )
         self.view.set_state(state="interrupted" if kind != "server" else "cancelled by server")
         await self._send_owed(time.monotonic())  # the heard position, before any cancel
-        cancel = kind == "key" or (kind == "speech" and self.config.barge_in == "client")
+        cs = self.conn.session
+        # a lane without barge-in whose model ends its turn when it hears the user: a cancel
+        # there would reset its conversation (docs/protocol.md §13.3), so speech only stops
+        # the local playback
+        model_stops = cs.continuous_output and cs.capabilities.get("supports_barge_in") is False
+        cancel = kind == "key" or (
+            kind == "speech" and self.config.barge_in == "client" and not model_stops
+        )
         targets = [r for r in heard if not self.conn.session.responses[r].done]
         if cancel and active is not None and active not in targets:
             targets.append(active)
@@ -815,8 +844,15 @@ class TalkSession:
             if h.delta:
                 self.view.transcript(h.response_id, h.delta)
         elif isinstance(h, ResponseCreated):
-            self._state_for(h.response_id, h.recv_ns)
-            self.view.set_state(state="assistant is thinking", epoch=self.conn.session.epoch)
+            if not self.conn.session.continuous_output:  # else: an answer says it speaks
+                self._state_for(h.response_id, h.recv_ns)
+                self.view.set_state(state="assistant is thinking", epoch=self.conn.session.epoch)
+        elif isinstance(h, AnswerStarted):
+            self._count(self._state_for(h.response_id))
+        elif isinstance(h, AnswerEnded):
+            st = self._state_for(h.response_id)
+            st.turn.t_done = h.recv_ns  # the end of its speech (docs/protocol.md §13.2)
+            self._ack_wakeup.set()
         elif isinstance(h, ResponseDone):
             await self._on_done(h)
         elif isinstance(h, OverlapDecision):
@@ -871,20 +907,60 @@ class TalkSession:
                 response_id=rid,
                 t_commit=self._t_commit_ns if self.mode == "ptt" else None,
             )
-            self.turns.append(turn)
-            st = self.responses[rid] = ResponseState(rid, turn)
+            st = self.responses[rid] = ResponseState(rid, turn, counted=False)
+            assert self.conn is not None
+            if not self.conn.session.continuous_output:
+                self._count(st)
         return st
 
+    def _count(self, st: ResponseState) -> None:
+        """``st`` answers a user turn: number it. On a lane that streams silence too, only a
+        response the model speaks in does (docs/protocol.md §13.2)."""
+        if st.counted:
+            return
+        st.counted = True
+        st.turn.index = len(self.turns) + 1
+        st.turn.t_created = None  # there, response.created is no decision to speak
+        self.turns.append(st.turn)
+
+    def _uncount(self, st: ResponseState) -> None:
+        """Counted before the lane showed it streams silence, and silent so far: no turn."""
+        if st.counted and self.turns and self.turns[-1] is st.turn:
+            self.turns.pop()
+            st.counted = False
+            st.turn.deltas.clear()  # its packets so far were the silence, not an answer
+            st.turn.t_eos = st.turn.p0 = None
+
+    def _speaking(self) -> bool:
+        """The assistant's voice is on (where silence streams too, only during an answer)."""
+        assert self.conn is not None
+        cs = self.conn.session
+        if not cs.continuous_output:
+            return True
+        return any(
+            t.answer_start_ns is not None and t.answer_end_ns is None for t in cs.responses.values()
+        )
+
     async def _on_audio(self, h: AudioDelta) -> None:
-        assert self.output is not None
+        assert self.output is not None and self.conn is not None
         if not h.pcm:
             return
         st = self._state_for(h.response_id)
         turn = st.turn
         first = not st.got_audio
-        if turn.t_eos is None and first:
-            turn.t_eos = self._claim_eos()
-        turn.deltas.append(Delta(h.recv_ns, h.audio_end_ms - h.audio_start_ms))
+        cs = self.conn.session
+        if cs.continuous_output:  # its voice: the audible packets of an answer (§13.2)
+            track = cs.responses.get(h.response_id)
+            if track is not None and track.answer_start_ns is None:
+                self._uncount(st)
+            if h.audible and st.counted:
+                if turn.t_eos is None and not turn.deltas:
+                    turn.t_eos = self._claim_eos()
+                turn.deltas.append(Delta(h.recv_ns, h.audio_end_ms - h.audio_start_ms))
+        else:
+            if turn.t_eos is None and first:
+                turn.t_eos = self._claim_eos()
+            turn.deltas.append(Delta(h.recv_ns, h.audio_end_ms - h.audio_start_ms))
         st.got_audio = True
         if self.artifacts is not None:
             self.artifacts.response_audio(h.response_id, h.pcm, h.sample_rate_hz)
@@ -907,7 +983,8 @@ class TalkSession:
         assert self.output is not None
         st = self._state_for(h.response_id)
         turn = st.turn
-        turn.t_done = h.recv_ns
+        if turn.t_done is None:  # a continuous lane's answer ended at its AnswerEnded
+            turn.t_done = h.recv_ns
         turn.status, turn.reason = h.status, h.reason
         turn.first_text_recv = h.track.first_text_ns
         self.output.end(h.response_id)
@@ -923,8 +1000,8 @@ class TalkSession:
     def _on_started(self, rid: str, t0: float) -> None:
         """The output started playing ``rid`` (P0): its figures start here."""
         st = self.responses.get(rid)
-        if st is not None:
-            st.turn.p0 = _ns(t0)
+        if st is not None and self.conn is not None and not self.conn.session.continuous_output:
+            st.turn.p0 = _ns(t0)  # else: when its first audible packet plays (_progress)
         self._ack_wakeup.set()
 
     # -- acks and turn completion -----------------------------------------------------------
@@ -957,9 +1034,15 @@ class TalkSession:
         elif not st.got_audio:
             over = done
         else:
-            if st.turn.p0 is None:
+            # where silence streams too, the answer's speech starts inside the response
+            speech_at = 0.0
+            if self.conn.session.continuous_output:
+                speech_at = track.speech_start_ms if track is not None else None  # type: ignore[assignment]
+            if st.turn.p0 is None and speech_at is not None and st.counted:
                 started = self.output.started_at(rid)
-                st.turn.p0 = _ns(started) if started is not None else None
+                if started is not None:  # never before its first audible packet arrived
+                    at = _ns(started + speech_at / 1000)
+                    st.turn.p0 = max(at, st.turn.deltas[0].recv_ns) if st.turn.deltas else at
             end = self.output.end_time(rid)
             played = self.output.played_ms(rid)
             over = done and end is not None and end <= now
@@ -967,7 +1050,10 @@ class TalkSession:
                 played = max(played, track.audio_ms)  # it all played
             self._write_heard(st, played)
             if over:
-                st.turn.heard_ms = played
+                heard = max(0.0, played - (speech_at or 0.0))
+                if speech_at and track is not None:  # the speech heard, not its silence
+                    heard = min(heard, track.speech_end_ms - speech_at)
+                st.turn.heard_ms = heard
                 st.turn.playback_end = _ns(end) if end is not None else None
         # a spoken barge-in's t_bi is the send of the append carrying the onset, which may
         # still be in the pending input: wait for it (at most one chunk) before the figures
@@ -977,6 +1063,11 @@ class TalkSession:
 
     def _finalize(self, st: ResponseState, *, interrupted: bool = False) -> None:
         st.finalized = True
+        if not st.counted:
+            return  # a response the model never spoke in: no turn
+        turn = st.turn
+        if turn.t_eos is None and turn.deltas:  # the model answered before the VAD decided
+            turn.t_eos = self._claim_eos(before_ns=turn.deltas[0].recv_ns)
         record = compute_turn(st.turn, {t.index: t for t in self.turns})
         if interrupted:  # our own stop, not the server's failure (same word as the WAV name)
             record.outcome = "interrupted"

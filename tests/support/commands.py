@@ -266,9 +266,10 @@ def serving(*args: str) -> Iterator[str]:
         yield url
 
 
-async def admitted(url: str, n: int) -> int:
-    """How many of ``n`` sessions opened now are admitted (all closed again at once)."""
-    settings = SessionSettings(turn_detection="none")
+async def admitted(url: str, n: int, *, auto_response: bool = False) -> int:
+    """How many of ``n`` sessions opened now are admitted (all closed again at once);
+    ``auto_response``: model-native sessions (the only kind a Nemotron lane opens)."""
+    settings = SessionSettings(turn_detection="none", auto_response=auto_response)
     conns: list[DuplexConnection] = []
     try:
         for _ in range(n):

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from duplexctl.protocol import codec, ids
+from duplexctl.protocol import codec, ids, names
 from duplexctl.protocol.errors import ProtocolError
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.model import SimulatedGpu
@@ -150,6 +150,29 @@ class AudioRebuilder:
         return self.pass_slices[self.last]
 
 
+class FrameAudioRebuilder(AudioRebuilder):
+    """:class:`AudioRebuilder` for the Nemotron recordings: their appends are 80 ms slices
+    of the same WAV (``nemotron_plain`` keeps them whole), or 40 ms halves of them."""
+
+    def __init__(self, slice_ms: int) -> None:
+        whole = [
+            base64.b64decode(line["frame"]["audio"])
+            for line in read_wire("nemotron_plain")
+            if line["dir"] == "out" and line["frame"].get("type") == "input_audio_buffer.append"
+        ]
+        size = 32 * slice_ms  # bytes of PCM16 at 16 kHz
+        pieces = [chunk[i : i + size] for chunk in whole for i in range(0, len(chunk), size)]
+        speech = [p for p in pieces if p.strip(b"\0")]
+        self.pass_slices = [base64.b64encode(p).decode() for p in speech]
+        self.silence = base64.b64encode(bytes(size)).decode()
+        self.last = -1
+
+    def rebuild(self, prefix: str) -> str:
+        if not prefix.strip("A"):
+            return self.silence
+        return super().rebuild(prefix)
+
+
 ANCHORS = ("response.created", "response.output_audio.delta", "response.done")
 TRANSPORT_SKIP = {
     "session.event_ack": "invalid_event_ack",
@@ -167,25 +190,40 @@ class Replay:
 
 
 async def replay(
-    name: str, config: ServerConfig, *, big_appends: list[int] | None = None
+    name: str,
+    config: ServerConfig,
+    *,
+    big_appends: list[int] | None = None,
+    anchors: tuple[str, ...] = ANCHORS,
+    silence_before_close_ms: int = 0,
+    stream_while_waiting: bool = False,
 ) -> Replay:
     """Feed a scenario's client frames (connection 1) to a fresh engine.
 
-    Each frame is sent once the engine has emitted at least as many response.created /
-    audio deltas / response.done as the real server had before the client sent it, so
-    client reactions (acks, cancels, overlapping speech) meet the same response state.
-    Response and item ids in client frames are mapped to ours by order of appearance.
+    Each frame is sent once the engine has emitted at least as many of each ``anchors``
+    event (response.created / audio deltas / response.done) as the real server had before
+    the client sent it, so client reactions (acks, cancels, overlapping speech) meet the same
+    response state. Response and item ids in client frames are mapped to ours by order of
+    appearance. ``silence_before_close_ms`` of silent 40 ms appends go before the client's
+    ``session.close`` (a frame-locked model advances only on frames: what the real one did
+    a frame or two sooner, ours then finishes too). With ``stream_while_waiting`` the
+    client keeps streaming silence while it waits for an anchor, as the frame-locked lane
+    wants: its model advances only on frames.
     """
     lines = [line for line in read_wire(name) if line["conn"] == 1]
     opening = lines[0]["frame"]
     harness = Harness(config, opening.get("session"))
     harness.start()
-    rebuild = AudioRebuilder()
+    rebuild = (
+        FrameAudioRebuilder(40 if name.endswith("_40ms") else 80)
+        if name.startswith("nemotron_")
+        else AudioRebuilder()
+    )
     recorded_seq: list[dict[str, Any]] = []
     recorded_unseq: list[str] = []
     skipped_codes: list[str] = []
     seen: Counter[str] = Counter()
-    rec_ids: list[str] = []
+    rec_ids: dict[str, list[str]] = {}
     big = list(big_appends or [])
     for line in lines[1:]:
         frame = line["frame"]
@@ -193,8 +231,10 @@ async def replay(
             if not isinstance(frame, dict):
                 continue
             etype = frame.get("type")
-            if etype in ANCHORS:
+            if etype in anchors:
                 seen[etype] += 1
+            if "answer" in anchors and etype == names.TRANSCRIPT_DELTA and frame.get("delta"):
+                seen["answer"] = 1  # the model has begun to speak (one text delta of ours)
             _collect_ids(frame, rec_ids)
             if "server_event_seq" in frame:
                 recorded_seq.append(frame)
@@ -226,9 +266,19 @@ async def replay(
                 frame["audio"] = base64.b64encode(bytes(size)).decode()
             else:
                 frame["audio"] = rebuild.rebuild(frame["audio"])
-        for anchor in ANCHORS:
-            if seen[anchor]:
+        for anchor in anchors:
+            if seen[anchor] and stream_while_waiting:
+                silence = {"type": "input_audio_buffer.append", "audio": pcm16(40)}
+                for _ in range(500):
+                    if _count(harness, anchor) >= seen[anchor]:
+                        break
+                    await harness.send(dict(silence))
+            if seen[anchor] and anchor != "answer":
                 await harness.wait_for(anchor, seen[anchor])
+        if frame.get("type") == "session.close":
+            silence = {"type": "input_audio_buffer.append", "audio": pcm16(40)}
+            for _ in range(silence_before_close_ms // 40):
+                await harness.send(dict(silence))
         _map_ids(frame, rec_ids, harness)
         await harness.send(frame)
     await harness.session.drain()
@@ -239,25 +289,54 @@ async def replay(
     return Replay(recorded_seq, recorded_unseq, harness)
 
 
-def _collect_ids(frame: dict[str, Any], out: list[str]) -> None:
-    for value in (frame.get("response_id"), frame.get("item_id")):
-        if isinstance(value, str) and value not in out:
-            out.append(value)
+def _count(harness: Harness, anchor: str) -> int:
+    if anchor == "answer":
+        return sum(1 for e in harness.of(names.TRANSCRIPT_DELTA) if e.get("delta"))
+    return len(harness.of(anchor))
+
+
+def _collect_ids(frame: dict[str, Any], out: dict[str, list[str]]) -> None:
+    """Ids by kind, in order of appearance: responses, items, tool calls."""
+
+    def add(kind: str, value: Any) -> None:
+        if isinstance(value, str) and value not in out.setdefault(kind, []):
+            out[kind].append(value)
+
+    add("response", frame.get("response_id"))
+    add("item", frame.get("item_id"))
+    add("call", frame.get("call_id"))
     item = frame.get("item")
-    if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"] not in out:
-        out.append(item["id"])
+    if isinstance(item, dict):
+        add("item", item.get("id"))
+        add("call", item.get("call_id"))
 
 
-def _map_ids(frame: dict[str, Any], rec_ids: list[str], harness: Harness) -> None:
-    ours: list[str] = []
+def _map_ids(frame: dict[str, Any], rec_ids: dict[str, list[str]], harness: Harness) -> None:
+    """Recorded ids in a client frame → ours, by kind and order; an assistant item follows
+    its response (``item_<response_id>``)."""
+    ours: dict[str, list[str]] = {}
     for event in harness.events:
         _collect_ids(event, ours)
-    for key in ("response_id", "item_id"):
-        value = frame.get(key)
-        if isinstance(value, str) and value in rec_ids:
-            index = rec_ids.index(value)
-            if index < len(ours):
-                frame[key] = ours[index]
+
+    def mapped(kind: str, value: Any) -> Any:
+        recorded = rec_ids.get(kind, [])
+        if isinstance(value, str) and value in recorded:
+            index = recorded.index(value)
+            if index < len(ours.get(kind, [])):
+                return ours[kind][index]
+        return value
+
+    rid = frame.get("response_id")
+    if isinstance(rid, str):
+        frame["response_id"] = mapped("response", rid)
+    item_id = frame.get("item_id")
+    if isinstance(item_id, str) and item_id.startswith("item_resp"):
+        frame["item_id"] = "item_" + str(mapped("response", item_id[len("item_") :]))
+    elif isinstance(item_id, str):
+        frame["item_id"] = mapped("item", item_id)
+    item = frame.get("item")
+    if isinstance(item, dict) and isinstance(item.get("call_id"), str):
+        item["call_id"] = mapped("call", item["call_id"])
 
 
 # --- normalisation -------------------------------------------------------------------------
@@ -298,3 +377,39 @@ def tokens(events: list[dict[str, Any]]) -> tuple[list[str], Counter[str]]:
             continue
         out.append(token)
     return out, counts
+
+
+def frame_tokens(events: list[dict[str, Any]]) -> list[str]:
+    """:func:`tokens` for the frame-locked lane, where more follows the frames' timing:
+
+    * the text channel's runs are one token (a delta per word or subword: the count follows
+      the tokenizer, not the protocol);
+    * ``response.listen`` and ``input_audio_buffer.speech_started`` are left out of the
+      order (which frames come before the first packet, or between a ``response.done`` and
+      the next packet, follows the pipeline delay, ``ttfa_ms``; the tests compare their
+      counts instead);
+    * ``playback_item_*`` errors are left out: the recorded acks name positions of replies
+      as long as the real model made them, ours are not.
+    """
+    out: list[str] = []
+    for token in tokens(events)[0]:
+        if token.startswith(("listen:", "error:playback_item_")):
+            continue
+        if token == "input_audio_buffer.speech_started":
+            continue
+        if token == "TEXT" and out and out[-1] == "TEXT":
+            continue
+        out.append(token)
+    return out
+
+
+def frame_config(**overrides: Any) -> ServerConfig:
+    """The Nemotron recordings' server: the frame profile, the tool the peer called."""
+    values: dict[str, Any] = {
+        "model_profile": "frame",
+        "ttfa_ms": 0.0,
+        "tool_call": "get_weather",
+        "seed": 1,
+    }
+    values.update(overrides)
+    return ServerConfig(**values)

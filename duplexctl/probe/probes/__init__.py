@@ -15,4 +15,5 @@ from duplexctl.probe.probes import (  # noqa: F401
     heartbeat,
     responses,
     resume,
+    tools,
 )

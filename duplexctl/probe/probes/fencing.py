@@ -30,6 +30,7 @@ async def epoch_fencing(ctx: ProbeContext) -> str:
     first delta, ``output_audio_buffer.clear`` at the first delta) and watches for
     ``WATCH_S`` after its ``response.done``.
     """
+    ctx.require_client_turns("interrupting a reply at response.created or its first delta")
     pc = await ctx.open("fence-")
     problems: list[str] = []
     try:

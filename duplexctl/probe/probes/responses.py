@@ -15,9 +15,11 @@ from duplexctl.probe.context import (
 )
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
+from duplexctl.protocol import cadence
 from duplexctl.protocol.client_state import AudioDelta, ErrorReceived, ResponseCreated
 
 DONE_WITHIN_S = 15.0  # a reply's whole length plus margin; the reference reply is 2.3 s
+UNIT_MS = 1000  # MiniCPM-o's model unit: a lane stepping faster is frame-locked
 _LIFECYCLE_VIOLATIONS = frozenset(
     {"duplicate_response_done", "response_done_without_created", "delta_after_response_done"}
 )
@@ -119,6 +121,44 @@ async def _native_case(ctx: ProbeContext, problems: list[str]) -> str:
         await pc.close()
 
 
+async def _frame_case(ctx: ProbeContext, problems: list[str]) -> str:
+    """A frame-locked lane (docs/protocol.md §13): speech then silence streamed in sub-frame
+    packets; the response the model answers in must end in exactly one ``response.done``
+    (its end of speech). The response that opens after it stays open while the model
+    listens, by design: it is not judged."""
+    settings = replace(ctx.settings(), auto_response=True)
+    pc = await ctx.try_open("frame-", settings)
+    if pc is None:
+        return "frame-locked lane: refused by the server (auto_response), not checked"
+    try:
+        pc.stream(1000)
+        cs = pc.session
+
+        def answered() -> list[str]:
+            return [r for r in cs.response_order if cs.responses[r].answer_start_ns]
+
+        deadline = time.monotonic() + DONE_WITHIN_S
+        while (remaining := deadline - time.monotonic()) > 0:
+            spoken = answered()
+            if spoken and all(cs.responses[r].done for r in spoken):
+                break
+            await pc.next(remaining)
+        await pc.collect(0.5)
+        spoken = answered()
+        if not spoken:
+            problems.append(
+                f"frame-locked lane: the model did not answer within {DONE_WITHIN_S:g} s"
+            )
+        still_open = [r for r in spoken if not cs.responses[r].done]
+        judge(pc, "frame-locked lane", problems, DONE_WITHIN_S, still_open)
+        return (
+            f"frame-locked lane: {len(cs.response_order)} response(s), {len(spoken)} spoken, "
+            f"{cs.packet_ms(100, INPUT_RATE).packet_ms} ms packets"
+        )
+    finally:
+        await pc.close()
+
+
 @probe("responses", order=40, expected_s=14, max_s=120)
 async def responses(ctx: ProbeContext) -> str:
     """Responses that never end (or end twice): a turn gate stuck closed, a slot held.
@@ -131,13 +171,21 @@ async def responses(ctx: ProbeContext) -> str:
     with a failed ``response.done`` (docs/metrics.md invariants; docs/protocol.md §4.2).
     """
     problems: list[str] = []
-    outcomes = [
-        await _turn_case(ctx, "completed", None, problems),
-        await _turn_case(ctx, "cancelled", "response.cancel", problems),
-    ]
-    if ctx.capability("supports_barge_in") is not False:
-        outcomes.append(await _turn_case(ctx, "barge-in", "barge_in", problems))
-    outcomes.append(await _native_case(ctx, problems))
+    outcomes: list[str] = []
+    if ctx.facts.auto_response_only:  # no commit lane: the model answers by itself (§13)
+        outcomes.append("committed turns: not checked (model-native sessions only)")
+    else:
+        outcomes += [
+            await _turn_case(ctx, "completed", None, problems),
+            await _turn_case(ctx, "cancelled", "response.cancel", problems),
+        ]
+        if ctx.capability("supports_barge_in") is not False:
+            outcomes.append(await _turn_case(ctx, "barge-in", "barge_in", problems))
+    step = cadence.frame_ms(ctx.facts.capabilities)
+    if step is not None and step < UNIT_MS:
+        outcomes.append(await _frame_case(ctx, problems))
+    else:
+        outcomes.append(await _native_case(ctx, problems))
     await asyncio.sleep(0)
     for o in outcomes:
         ctx.finding(o)

@@ -32,6 +32,7 @@ async def resume_replay(ctx: ProbeContext) -> str:
     first audio delta of a reply and resumes ``DROP_FOR_S`` later, while the reply goes on.
     """
     ctx.require("supports_session_resume")
+    ctx.require_client_turns("dropping the socket at a reply's first audio delta")
     pc = await ctx.open("rr-")
     try:
         await pc.speak()

@@ -13,6 +13,7 @@ from typing import Final
 from duplexctl.audio import pcm
 from duplexctl.audio.resample import StreamResampler
 from duplexctl.server.engine.context import SessionContext
+from duplexctl.server.engine.frame_lane import FrameLane
 from duplexctl.server.engine.interruptions import Interruptions
 from duplexctl.server.engine.lanes import NativeLane, TurnLane
 from duplexctl.server.engine.records import Response
@@ -35,6 +36,7 @@ class InputLane:
         utterance: Utterance,
         turn_lane: TurnLane,
         native_lane: NativeLane,
+        frame_lane: FrameLane | None,
         responses: Responses,
         interruptions: Interruptions,
         turns: TurnQueue,
@@ -43,6 +45,7 @@ class InputLane:
         self._utterance = utterance
         self._turn_lane = turn_lane
         self._native_lane = native_lane
+        self._frame_lane = frame_lane  # the frame profile's lane (None: another profile)
         self._responses = responses
         self._interruptions = interruptions
         self._turns = turns
@@ -90,6 +93,12 @@ class InputLane:
             if failing:
                 self._append_failed(cmd, None)
             return
+        frames = self._frame_lane
+        if frames is not None:
+            why = frames.refusal(fmt, rate, len(data) // width)
+            if why is not None:
+                ctx.err("bad_event", why)
+                return
         try:
             raw = pcm.decode(data, fmt)
         except pcm.AudioDecodeError:
@@ -98,8 +107,11 @@ class InputLane:
         samples = self._resampler(fmt, rate).process(raw)
         self.audio_seen = True
         duration_ms = 1000.0 * raw.size / rate
-        if failing and not ctx.native:
+        if failing and (not ctx.native or frames is not None):
             self._append_failed(cmd, None)
+            return
+        if frames is not None:
+            frames.append(raw, samples)
             return
         if ctx.native:
             created = self._native_lane.append(raw, samples, a["hints"], duration_ms)
@@ -171,6 +183,9 @@ class InputLane:
         turn = utterance.commit(
             audio_end_ms=0, deferred=deferred, response_create=a["response_create"]
         )
+        if self._frame_lane is not None:  # pads the pending partial frame: the model's turn
+            self._frame_lane.commit()
+            return
         if ctx.native:
             self._native_lane.forget_speech()
             if a["response_create"] and not deferred:

@@ -146,6 +146,27 @@ class Responses:
         response.task = task
         task.add_done_callback(_forget_task(response))
 
+    def open_stream(self, *, output_format: str, output_rate: int) -> Response:
+        """A reply with no generation task of its own: the frame-locked lane streams it,
+        packet by packet (``frame_lane.py``). Its start fan-out goes out now."""
+        ctx = self._ctx
+        response = Response(
+            id=ids.response_id(ctx.id, ctx.epoch),
+            epoch=ctx.epoch,
+            turn_id=ctx.turn_id,
+            previous_item_id=self._conversation.last_item_id,
+            output_format=output_format,
+            output_rate=output_rate,
+        )
+        self.records.add(response)
+        self._playback.track(response)
+        ctx.turn.observe("response_started")
+        self._conversation.store(
+            assistant_item(response, "in_progress", []), response.previous_item_id
+        )
+        self._announce(response, content=[])
+        return response
+
     def _announce(self, r: Response, *, content: list[dict[str, Any]]) -> None:
         ctx = self._ctx
         r.announced = True
@@ -232,21 +253,21 @@ class Responses:
                             }
                         ]
                         self._announce(r, content=first)
-                        ctx.ev("response.speak", **_part_ids(r), metadata=dict(speak_meta))
+                        ctx.ev("response.speak", **part_ids(r), metadata=dict(speak_meta))
                         if not native:
                             self._text_delta(r, r.text, speak_meta)
                     elif native:
-                        ctx.ev("response.speak", **_part_ids(r), metadata=dict(speak_meta))
+                        ctx.ev("response.speak", **part_ids(r), metadata=dict(speak_meta))
                     else:
                         self._text_delta(r, r.text, speak_meta)
-                        ctx.ev("response.speak", **_part_ids(r), metadata=dict(speak_meta))
+                        ctx.ev("response.speak", **part_ids(r), metadata=dict(speak_meta))
                     ctx.output_started = True
                 r.ledger.generated_ms = r.ledger.sent_ms = chunk.end_ms
                 r.chunks += 1
                 r.last_b64 = b64
                 ctx.ev(
                     names.AUDIO_DELTA,
-                    **_part_ids(r),
+                    **part_ids(r),
                     delta=b64,
                     format=fmt,
                     sample_rate_hz=rate,
@@ -264,7 +285,7 @@ class Responses:
                     upto = len(r.text) * (chunk.index + 1) // n_units
                     piece = r.text[len(r.emitted_text) : upto]
                     r.emitted_text += piece
-                ctx.ev(names.TRANSCRIPT_DELTA, **_part_ids(r), delta=piece)
+                ctx.ev(names.TRANSCRIPT_DELTA, **part_ids(r), delta=piece)
             if self._live(r):
                 self.complete(r)
         except asyncio.CancelledError:
@@ -276,7 +297,7 @@ class Responses:
 
     def _text_delta(self, r: Response, text: str, meta: dict[str, Any]) -> None:
         r.emitted_text += text
-        self._ctx.ev(names.TRANSCRIPT_DELTA, **_part_ids(r), delta=text, metadata=dict(meta))
+        self._ctx.ev(names.TRANSCRIPT_DELTA, **part_ids(r), delta=text, metadata=dict(meta))
 
     # --- terminal fan-outs --------------------------------------------------------------------
 
@@ -284,12 +305,12 @@ class Responses:
         """output_audio.done / transcript.done / content_part.done (full transcript)."""
         ctx = self._ctx
         if r.chunks:
-            ctx.ev(names.AUDIO_DONE, **_part_ids(r))
+            ctx.ev(names.AUDIO_DONE, **part_ids(r))
         if r.emitted_text:
-            ctx.ev(names.TRANSCRIPT_DONE, **_part_ids(r), transcript=r.emitted_text)
+            ctx.ev(names.TRANSCRIPT_DONE, **part_ids(r), transcript=r.emitted_text)
         ctx.ev(
             "response.content_part.done",
-            **_part_ids(r),
+            **part_ids(r),
             part={"type": "audio", "transcript": r.emitted_text},
         )
 
@@ -444,7 +465,7 @@ def assistant_item(r: Response, status: str, content: list[dict[str, Any]]) -> d
     }
 
 
-def _part_ids(r: Response) -> dict[str, Any]:
+def part_ids(r: Response) -> dict[str, Any]:
     return {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
 
 
