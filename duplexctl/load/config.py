@@ -1,8 +1,11 @@
 """What one ``duplexctl load`` run is asked to do, validated before any socket opens.
 
-:class:`LoadConfig` is a plain, picklable dataclass: the CLI builds it, worker processes
-receive their share of it (:meth:`LoadConfig.share`), and ``report.json`` echoes it in full
-(:meth:`LoadConfig.echo`), so a run can be reproduced from its report. Session and turn
+:class:`LoadConfig` is a plain, picklable dataclass of parts, one per concern — the target,
+what sessions say, the load's shape, its judging (SLOs, the capacity search), the output, the
+embedded server and the workers — so code that needs one concern takes that part. The CLI
+builds it, worker processes receive their share of it (:meth:`LoadConfig.share`), and
+``report.json`` echoes it in full (:meth:`LoadConfig.echo`), so a run can be reproduced from
+its report. Session and turn
 settings are resolved when it is built, by the one resolver every command uses
 (:mod:`duplexctl.resolver`: defaults < scenario < ``--session`` < flags); every other check
 that can fail on user input happens in :meth:`LoadConfig.validate`. Both raise ``BadInput``
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -28,9 +32,10 @@ from duplexctl.errors import BadInput
 from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.resolver import FLAGS, Command, RunSettings, resolve
+from duplexctl.values import input_file
 
 MIX_KINDS: Final = ("barge_in", "cancel", "drop_resume")
-# The LoadConfig fields that are resolver settings (flags when built, values used after).
+# The session and turn settings load takes as flags (Conversation.flags).
 SETTING_FIELDS: Final = FLAGS[Command.LOAD]
 
 
@@ -133,40 +138,45 @@ def split_ramp(spec: str, index: int, workers: int, *, closed_loop: bool) -> str
     return ",".join(f"{t:.12g}s:{max(0.0, target):.12g}" for t, target in mine)
 
 
-@dataclass(slots=True)
-class LoadConfig:
-    """One load run. Times in seconds unless the name says otherwise.
-
-    Exactly one of ``sessions`` (closed loop) and ``rate`` (open loop) is set; the capacity
-    search sets ``sessions`` (or ``rate``) per step itself.
-
-    The session and turn settings (:data:`SETTING_FIELDS`) are given as the command line's
-    flags, ``None`` = not given; building the config resolves them with the scenario and
-    ``--session`` (``settings``), after which each of those fields holds the value the run
-    uses (``ref_audio``: the file named) and ``settings.origins`` says where it came from.
-    A copy made with ``dataclasses.replace`` keeps the resolution it was made from.
-    """
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Which server: ``--url`` (None: the embedded reference server) and its credential."""
 
     url: str | None = None
     api_key: str | None = field(default=None, repr=False)  # never echoed, never written
-    # what sessions say
-    inputs: list[str] = field(default_factory=list)  # WAVs or one scenario; [] = bundled
-    mix: Mix = field(default_factory=Mix)
-    # session and turn settings: flags (None = not given), then the values used
-    model: str | None = None
-    voice: str | None = None
-    ref_audio: str | None = None
-    instructions: str | None = None
-    turn_detection: str | None = None
-    vad_silence_ms: int | None = None
-    auto_response: bool | None = None
-    commit: bool | None = None
+
+    def check(self) -> None:
+        if self.url is not None and not self.url.startswith(("ws://", "wss://")):
+            raise BadInput(f"--url must be a ws:// or wss:// URL, not {self.url!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What each session says and the session settings it says it with.
+
+    ``flags`` are the command line's session and turn settings by name (:data:`SETTING_FIELDS`;
+    None = not given); :class:`LoadConfig` resolves them with the scenario and ``--session``.
+    """
+
+    inputs: tuple[str, ...] = ()  # WAVs or one scenario; () = the bundled turns
+    flags: Mapping[str, Any] = field(default_factory=dict)
     session_file: str | None = None
-    chunk_ms: int | None = None
-    send_phases: int = 10  # appends go out on this many instants per chunk (audio.sendgrid)
-    prebuffer_ms: float | None = None
-    response_timeout_s: float | None = None
-    # offered load
+
+    def check(self) -> None:
+        takes = "WAV files or one scenario .toml (a directory of scenarios runs in replay)"
+        for path in self.inputs:
+            try:
+                input_file(path, takes=takes)
+            except ValueError as exc:
+                raise BadInput(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The load offered: closed loop (``sessions`` at once) or open loop (``rate`` new
+    sessions per second, ``arrival`` process), a ``ramp`` of either, how the run ends
+    (``duration_s`` after ``warmup_s``, ``count``, the ramp's end) and the per-turn ``mix``."""
+
     sessions: int | None = None
     rate: float | None = None
     arrival: str = "poisson"
@@ -177,88 +187,157 @@ class LoadConfig:
     duration_s: float | None = None
     count: int | None = None
     warmup_s: float = 0.0
-    slice_s: float = 10.0
-    open_timeout_s: float = 30.0
-    close_timeout_s: float = 10.0
-    # capacity search
+    mix: Mix = field(default_factory=Mix)
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.rate is None
+
+    def check(self, *, find_capacity: bool) -> None:
+        """BadInput (one line) for a shape no run could take."""
+        if self.sessions is not None and self.rate is not None:
+            raise BadInput("--sessions (closed loop) and --rate (open loop) exclude each other")
+        if not find_capacity and self.sessions is None and self.rate is None:
+            if self.ramp is not None:
+                raise BadInput(
+                    f"--ramp {self.ramp} needs --sessions or --rate to say what its targets "
+                    "count: with --sessions, sessions at once (closed loop); with --rate, new "
+                    "sessions per second (open loop); the ramp then sets the level over time"
+                )
+            raise BadInput("give --sessions N (closed loop) or --rate R (open loop)")
+        if self.sessions is not None and self.sessions < 1:
+            raise BadInput(f"--sessions must be at least 1, not {self.sessions}")
+        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
+            raise BadInput(f"--rate must be > 0 sessions/s, not {self.rate:g}")
+        ends = self.duration_s is not None or self.count is not None or self.ramp is not None
+        if not find_capacity and not ends:
+            raise BadInput("give --duration or --count so the run ends by itself")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise BadInput(f"--duration must be > 0, not {self.duration_s:g}")
+        if self.count is not None and self.count < 1:
+            raise BadInput(f"--count must be at least 1, not {self.count}")
+        if self.warmup_s < 0:
+            raise BadInput("--warmup must be >= 0")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise BadInput(f"--max-concurrency must be at least 1, not {self.max_concurrency}")
+        if self.arrival not in ARRIVALS:
+            raise BadInput(f"--arrival must be {', '.join(ARRIVALS)}, not {self.arrival!r}")
+        if self.arrival != "gamma" and self.burstiness != 1.0:
+            raise BadInput("--burstiness applies to --arrival gamma only")
+        if self.ramp is not None:
+            from duplexctl.load.arrivals import Ramp
+
+            try:
+                Ramp.parse(self.ramp)
+            except ValueError as exc:
+                raise BadInput(f"--ramp: {exc}") from None
+
+    def share(self, index: int, workers: int) -> Shape:
+        """Worker ``index``'s part (sessions, rate, count, concurrency split as evenly as
+        integers allow; each worker its own seed stream)."""
+
+        def split(total: int) -> int:
+            return total // workers + (1 if index < total % workers else 0)
+
+        return dataclasses.replace(
+            self,
+            sessions=None if self.sessions is None else split(self.sessions),
+            rate=None if self.rate is None else self.rate / workers,
+            count=None if self.count is None else split(self.count),
+            max_concurrency=None
+            if self.max_concurrency is None
+            else max(1, split(self.max_concurrency)),
+            ramp=None
+            if self.ramp is None
+            else split_ramp(self.ramp, index, workers, closed_loop=self.rate is None),
+            seed=None if self.seed is None else self.seed + 1_000_003 * index,
+        )
+
+
+ARRIVALS: Final = ("constant", "poisson", "gamma")
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """How the run is judged: ``slos`` (k6-style thresholds), and the capacity search
+    (``find_capacity``: step the level up from ``capacity_start``, at most ``max_level``,
+    ``step_duration_s`` a step, then bisect; the slot-release measurement)."""
+
+    slos: tuple[str, ...] = ()
     find_capacity: bool = False
     step_duration_s: float = 20.0
     max_level: int = 256
     capacity_start: int = 1
     measure_slot_release: bool = False
     no_slot_release: bool = False  # --find-capacity without its slot-release measurement
-    # judging and output
-    slos: list[str] = field(default_factory=list)
-    workers: int = 1
-    # --ray ADDRESS: the workers are Ray actors on that cluster (load/cluster); None: local
-    ray: str | None = None
-    workers_per_node: int | None = None  # --ray: pin this many workers on every node
-    out: str | None = None
+
+    def check(self, shape: Shape) -> None:
+        if self.find_capacity and shape.count is not None:
+            raise BadInput("--find-capacity runs timed steps: drop --count")
+        if self.no_slot_release and self.measure_slot_release:
+            raise BadInput("--no-slot-release and --measure-slot-release exclude each other")
+        if self.step_duration_s <= 0:
+            raise BadInput("--step-duration must be > 0")
+        if self.max_level < 1:
+            raise BadInput(f"--max-level must be at least 1, not {self.max_level}")
+        if self.slos:
+            from duplexctl.report.slo import parse_slos
+
+            try:
+                parse_slos(list(self.slos))
+            except ValueError as exc:
+                raise BadInput(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """What the run writes and prints: the ``--out`` directory, ``--json``, the live view,
+    the time slices, ``--junit``, the server's /metrics scraped, ``--prometheus-rw``."""
+
+    out: Path | None = None
     overwrite: bool = False  # --out: replace the run in a non-empty directory (rundir)
     json_output: bool = False
     live: bool | None = None  # None: rich dashboard when stdout is a TTY
+    slice_s: float = 10.0
     status_interval_s: float = 1.0
-    uvloop: bool = True
+    junit: Path | None = None  # --junit FILE: a test case per SLO and per capacity level
     # server metrics: --server-metrics / --no-server-metrics / --scrape-interval, checked
     scrape: ScrapeOptions = field(default_factory=ScrapeOptions)
     # --prometheus-rw URL (+ interval, histograms): the figures pushed as the run goes
     push: PushOptions | None = None
-    junit: str | None = None  # --junit FILE: a test case per SLO and per capacity level
-    # the embedded server when no --url (ServerConfig fields), echoed in the report
-    server_overrides: dict[str, Any] = field(default_factory=dict)
-    # the resolved settings (resolver): set by __post_init__, kept by dataclasses.replace
-    settings: RunSettings = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
-    def __post_init__(self) -> None:
-        if self.settings is None:
-            from duplexctl.load.script import scenario_for  # decodes nothing: parse only
+    def check(self) -> None:
+        if not (self.slice_s > 0 and math.isfinite(self.slice_s)):
+            raise BadInput(f"--slice must be > 0, not {self.slice_s:g}")
 
-            self.settings = resolve(
-                Command.LOAD,
-                flags={name: getattr(self, name) for name in SETTING_FIELDS},
-                scenario=scenario_for(self.inputs).settings,
-                session_file=self.session_file,
-            )
-        run = self.settings
-        for name in SETTING_FIELDS:
-            setattr(self, name, run.as_flag(name))
 
-    # -- checks --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class EmbeddedServer:
+    """The reference server started in-process when there is no ``--url``: ServerConfig
+    fields (``--server-option``, ``--server-max-sessions`` …), echoed in the report;
+    ``spelled`` names the option that set each (for a message about its value)."""
 
-    @property
-    def closed_loop(self) -> bool:
-        return self.rate is None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    spelled: Mapping[str, str] = field(default_factory=dict)
 
-    def validate(self) -> LoadConfig:
-        """Raise ``BadInput`` (one line) for anything a run could not do."""
-        if self.find_capacity:
-            if self.count is not None:
-                raise BadInput("--find-capacity runs timed steps: drop --count")
-        elif self.sessions is None and self.rate is None:
-            raise BadInput("give --sessions N (closed loop) or --rate R (open loop)")
-        if self.sessions is not None and self.rate is not None:
-            raise BadInput("--sessions (closed loop) and --rate (open loop) exclude each other")
-        if self.sessions is not None and self.sessions < 1:
-            raise BadInput("--sessions must be at least 1")
-        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
-            raise BadInput("--rate must be > 0 sessions/s")
-        if (
-            not self.find_capacity
-            and self.duration_s is None
-            and self.count is None
-            and self.ramp is None
-        ):
-            raise BadInput("give --duration or --count so the run ends by itself")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise BadInput("--duration must be > 0")
-        if self.count is not None and self.count < 1:
-            raise BadInput("--count must be at least 1")
-        if self.warmup_s < 0:
-            raise BadInput("--warmup must be >= 0")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise BadInput("--max-concurrency must be at least 1")
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """Where and how the sessions run: ``workers`` processes (or Ray actors on ``ray``),
+    the event loop, the append grid, the open and close timeouts."""
+
+    workers: int = 1
+    # --ray ADDRESS: the workers are Ray actors on that cluster (load/cluster); None: local
+    ray: str | None = None
+    workers_per_node: int | None = None  # --ray: pin this many workers on every node
+    uvloop: bool = True
+    send_phases: int = 10  # appends go out on this many instants per chunk (audio.sendgrid)
+    open_timeout_s: float = 30.0
+    close_timeout_s: float = 10.0
+
+    def check(self, chunk_ms: int) -> None:
         if self.workers < 1:
-            raise BadInput("--workers must be at least 1")
+            raise BadInput(f"--workers must be at least 1, not {self.workers}")
         if self.workers_per_node is not None:
             if self.ray is None:
                 raise BadInput("--workers-per-node needs --ray (it places Ray workers)")
@@ -266,79 +345,129 @@ class LoadConfig:
                 raise BadInput("--workers-per-node must be at least 1")
         if self.ray is not None and not self.ray.strip():
             raise BadInput("--ray needs an address: auto, HOST:PORT or ray://HOST:PORT")
-        if self.arrival not in ("constant", "poisson", "gamma"):
-            raise BadInput(f"--arrival must be constant, poisson or gamma, not {self.arrival!r}")
-        if self.arrival != "gamma" and self.burstiness != 1.0:
-            raise BadInput("--burstiness applies to --arrival gamma only")
-        chunk_ms = self.settings["chunk_ms"]
         if not 1 <= self.send_phases <= chunk_ms:
             raise BadInput(
                 f"--send-phases must be between 1 and the chunk ({chunk_ms} ms), "
                 f"got {self.send_phases}"
             )
-        if self.no_slot_release and self.measure_slot_release:
-            raise BadInput("--no-slot-release and --measure-slot-release exclude each other")
-        if self.step_duration_s <= 0:
-            raise BadInput("--step-duration must be > 0")
-        if self.url is not None and not self.url.startswith(("ws://", "wss://")):
-            raise BadInput(f"--url must be a ws:// or wss:// URL, not {self.url!r}")
-        for path in self.inputs:
-            if not Path(path).exists():
-                raise BadInput(f"{path}: no such file")
-        if self.ramp is not None:
-            from duplexctl.load.arrivals import Ramp
 
-            try:
-                Ramp.parse(self.ramp)
-            except ValueError as exc:
-                raise BadInput(str(exc)) from None
-        if self.slos:
-            from duplexctl.report.slo import parse_slos
 
-            try:
-                parse_slos(self.slos)
-            except ValueError as exc:
-                raise BadInput(str(exc)) from None
+@dataclass(slots=True)
+class LoadConfig:
+    """One load run, by concern: :class:`Target`, :class:`Conversation` (what sessions say),
+    :class:`Shape` (the load offered), :class:`Capacity` (SLOs and the capacity search),
+    :class:`Output`, :class:`EmbeddedServer`, :class:`Execution` (workers). Code that needs
+    one concern takes that part. Times in seconds unless the name says otherwise.
+
+    Building it resolves the session and turn settings (``conversation.flags`` with the
+    scenario and ``--session``) into ``settings``, the values every session uses, with the
+    origin of each; a copy made with ``dataclasses.replace`` keeps that resolution.
+    """
+
+    target: Target = field(default_factory=Target)
+    conversation: Conversation = field(default_factory=Conversation)
+    shape: Shape = field(default_factory=Shape)
+    capacity: Capacity = field(default_factory=Capacity)
+    output: Output = field(default_factory=Output)
+    server: EmbeddedServer = field(default_factory=EmbeddedServer)
+    execution: Execution = field(default_factory=Execution)
+    # the resolved settings (resolver): set by __post_init__, kept by dataclasses.replace
+    settings: RunSettings = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.settings is None:
+            from duplexctl.load.script import scenario_for  # decodes nothing: parse only
+
+            self.conversation.check()
+            unknown = set(self.conversation.flags) - SETTING_FIELDS
+            if unknown:
+                raise TypeError(f"load has no setting {sorted(unknown)[0]!r}")  # a caller's bug
+            self.settings = resolve(
+                Command.LOAD,
+                flags=dict(self.conversation.flags),
+                scenario=scenario_for(list(self.conversation.inputs)).settings,
+                session_file=self.conversation.session_file,
+            )
+
+    @property
+    def chunk_ms(self) -> int:
+        """The append size every session uses (resolved: load's default is 100)."""
+        return int(self.settings["chunk_ms"])
+
+    def validate(self) -> LoadConfig:
+        """Raise ``BadInput`` (one line) for anything a run could not do."""
+        self.target.check()
+        self.shape.check(find_capacity=self.capacity.find_capacity)
+        self.capacity.check(self.shape)
+        self.output.check()
+        self.execution.check(self.chunk_ms)
         return self
 
     # -- views ---------------------------------------------------------------------------
 
     def echo(self) -> dict[str, Any]:
-        """The full configuration for report.json (the API key left out)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name in ("api_key", "settings"):
-                continue
-            value = getattr(self, f.name)
-            if isinstance(value, ScrapeOptions):
-                out.update(value.echo())
-                continue
-            if isinstance(value, PushOptions):  # its URL without credentials
-                out[f.name] = value.echo()
-                continue
-            out[f.name] = str(value) if isinstance(value, Mix) else value
+        """The full configuration for report.json (the API key left out), one flat object
+        as every report has shown it: each part's fields by name, then the settings used
+        (with ``origin`` of each)."""
+        out: dict[str, Any] = {"url": self.target.url}
+        out["inputs"] = list(self.conversation.inputs)
+        out["session_file"] = (
+            None if self.conversation.session_file is None else str(self.conversation.session_file)
+        )
+        for part in (self.shape, self.capacity, self.output, self.execution):
+            for f in dataclasses.fields(part):
+                value = getattr(part, f.name)
+                if isinstance(value, ScrapeOptions):
+                    out.update(value.echo())
+                elif isinstance(value, PushOptions):  # its URL without credentials
+                    out[f.name] = value.echo()
+                elif isinstance(value, Mix | Path):
+                    out[f.name] = str(value)
+                elif isinstance(value, tuple):
+                    out[f.name] = list(value)
+                else:
+                    out[f.name] = value
+        out["server_overrides"] = dict(self.server.settings)
         out.update(self.settings.echo())  # the settings used, with ``origin`` of each
-        out["api_key_given"] = self.api_key is not None
+        out["api_key_given"] = self.target.api_key is not None
         return out
 
     def share(self, index: int, workers: int) -> LoadConfig:
-        """Worker ``index``'s part of the offered load (sessions, rate, count, concurrency
-        split as evenly as integers allow; each worker its own seed stream)."""
+        """Worker ``index``'s part of the offered load (:meth:`Shape.share`), run by one."""
+        return dataclasses.replace(
+            self,
+            shape=self.shape.share(index, workers),
+            execution=dataclasses.replace(self.execution, workers=1),
+        )
 
-        def split(total: int) -> int:
-            return total // workers + (1 if index < total % workers else 0)
 
-        part = dataclasses.replace(self, workers=1)
-        if self.sessions is not None:
-            part.sessions = split(self.sessions)
-        if self.rate is not None:
-            part.rate = self.rate / workers
-        if self.count is not None:
-            part.count = split(self.count)
-        if self.max_concurrency is not None:
-            part.max_concurrency = max(1, split(self.max_concurrency))
-        if self.ramp is not None:
-            part.ramp = split_ramp(self.ramp, index, workers, closed_loop=self.rate is None)
-        if self.seed is not None:
-            part.seed = self.seed + 1_000_003 * index
-        return part
+def embedded_server(
+    *,
+    max_sessions: int,
+    gpu_slots: int,
+    unit_compute_ms: float,
+    options: list[str] | None = None,
+    behaviour: Mapping[str, Any] | None = None,
+) -> EmbeddedServer:
+    """The embedded server's part from ``--server-max-sessions``, ``--server-gpu-slots``,
+    ``--server-unit-compute-ms``, ``--server-option KEY=VALUE`` (each value typed as its
+    field is; an unknown key is BadInput listing the keys) and ``--server-behaviour``
+    (``behaviour``: as duplexctl.client.target.server_behaviour parsed it)."""
+    from duplexctl.server.config import parse_option
+
+    settings: dict[str, Any] = {
+        "max_sessions": max_sessions,
+        "gpu_slots": gpu_slots,
+        "unit_compute_ms": unit_compute_ms,
+    }
+    spelled = {
+        "max_sessions": "--server-max-sessions",
+        "gpu_slots": "--server-gpu-slots",
+        "unit_compute_ms": "--server-unit-compute-ms",
+    }
+    for item in options or []:
+        key, value = parse_option(item)
+        settings[key] = value
+        spelled[key] = f"--server-option {key}"
+    settings.update(behaviour or {})
+    return EmbeddedServer(settings=settings, spelled=spelled)

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from duplexctl.load.arrivals import Ramp
-from duplexctl.load.config import LoadConfig
+from duplexctl.load.config import Shape
 from duplexctl.load.recorder import live_percentiles
 from duplexctl.prometheus.run import live_line
 from duplexctl.report.summary import format_value
@@ -35,8 +35,8 @@ RATE_WINDOW_S = 10.0
 RATE_MIN_SPAN_S = 1.0
 
 
-def offered_now(config: LoadConfig) -> Callable[[float, Mapping[str, Any]], str]:
-    """The live view's ``offered`` line for a run's config: what the client offers at an
+def offered_now(config: Shape) -> Callable[[float, Mapping[str, Any]], str]:
+    """The live view's ``offered`` line for a run's shape: what the client offers at an
     elapsed time (the ramp's current target), the client's own limit and its queue."""
     ramp = Ramp.parse(config.ramp) if config.ramp else None
 

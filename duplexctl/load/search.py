@@ -70,27 +70,30 @@ async def find_capacity(
 ) -> dict[str, Any]:
     """The search; ``on_step(level, start, end)`` (monotonic seconds) after each step (the
     server metrics scraped during it are summarised per step)."""
-    open_loop = config.rate is not None
+    judged = config.capacity
+    open_loop = config.shape.rate is not None
     unit = "sessions/s" if open_loop else "sessions"
-    search = CapacitySearch(start=config.capacity_start, max_level=config.max_level)
-    slos = parse_slos(config.slos)
+    search = CapacitySearch(start=judged.capacity_start, max_level=judged.max_level)
+    slos = parse_slos(list(judged.slos))
     steps: list[dict[str, Any]] = []
     reports: dict[int, dict[str, Any]] = {}
     tried: list[dict[str, Any]] = []  # every run of every step: the search's totals
     rejections_began: int | None = None
     began = time.monotonic()
     while (level := search.next_level()) is not None and not irq.stop.is_set():
-        duration = config.step_duration_s
+        duration = judged.step_duration_s
         runs: list[dict[str, Any]] = []
         while True:  # the step's rule: run until it can be judged (module docstring)
             step_cfg = dataclasses.replace(
                 config,
-                find_capacity=False,
-                sessions=None if open_loop else level,
-                rate=float(level) if open_loop else None,
-                duration_s=duration,
-                count=None,
-                slos=list(config.slos),
+                capacity=dataclasses.replace(judged, find_capacity=False),
+                shape=dataclasses.replace(
+                    config.shape,
+                    sessions=None if open_loop else level,
+                    rate=float(level) if open_loop else None,
+                    duration_s=duration,
+                    count=None,
+                ),
             )
             started = time.monotonic()
             live_export.step(level)  # --prometheus-rw: this step's series carry level=...
@@ -198,9 +201,9 @@ async def find_capacity(
             "errors": first_fail["errors"],
         },
         "steps": steps,
-        "step_duration_s": config.step_duration_s,
+        "step_duration_s": judged.step_duration_s,
         "criteria": [
-            *list(config.slos),
+            *list(judged.slos),
             "no capacity rejections",
             "no failed attempts",
             "valid pacing",
@@ -311,7 +314,7 @@ async def measure_slot_release(config: LoadConfig, url: str, stop: asyncio.Event
     async def try_open() -> DuplexConnection | None:
         try:
             return await DuplexConnection.open(
-                url, plan.settings, api_key=config.api_key, timeout=10.0, options=options
+                url, plan.settings, api_key=config.target.api_key, timeout=10.0, options=options
             )
         except AdmissionRejected:
             return None
