@@ -406,7 +406,7 @@ def reference(docs: Iterable[CommandDoc]) -> str:
     for doc in docs:
         out += [f"## duplexctl {doc.name}", "", doc.summary, ""]
         out += [*(f"{p}\n" for p in doc.details)]
-        out += ["```text", doc.usage, "```", ""]
+        out += [f"Usage: `{doc.usage}`", ""]
         for title, options in doc.panels:
             out += [f"### {doc.name}: {title}", ""]
             out += ["| option | default | env | what it does |", "|---|---|---|---|"]
