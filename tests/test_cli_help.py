@@ -164,7 +164,7 @@ def test_the_cli_reference_is_up_to_date() -> None:
         (["serve", "--dialect", "g3"], ["--dialect", "'g3'", "g1", "g2"]),
         (["load", str(ROOT / "recordings"), "--count", "1", "--sessions", "1"], ["is a directory"]),
         (["talk", "--duration", "8x"], ["--duration", "'8x'", "8s", "500ms"]),
-        (["load", "--sessions", "many", "--count", "1"], ["--sessions 'many'", "whole number"]),
+        (["load", "--sessions", "many", "--count", "1"], ["--sessions", "'many'", "whole number"]),
         (["load", "--sesions", "2"], ["no such option", "--sesions", "load --help"]),
         (["replay", str(ROOT / "recordings" / "nope.wav")], ["nope.wav", "no such file"]),
     ],

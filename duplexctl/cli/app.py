@@ -142,6 +142,8 @@ _PLAIN = {
     "Input should be a valid number, unable to parse string as a number": "not a number",
     "Input should be a valid integer": "not a whole number",
     "Input should be a valid number": "not a number",
+    "is not a valid integer": "is not a whole number",  # Typer 0.26's words
+    "is not a valid float": "is not a number",
 }
 
 

@@ -45,6 +45,15 @@ def _progress(line: str) -> None:
     print(f"duplexctl: {line}", file=sys.stderr, flush=True)
 
 
+def _write_junit(junit: Path | None, reports: list[dict[str, Any]]) -> None:
+    """``--junit``: a test suite per replayed scenario."""
+    if junit is not None:
+        from duplexctl.export import junit as junit_xml
+        from duplexctl.export.junit_cases import replay_suite
+
+        junit_xml.write(junit, [replay_suite(report) for report in reports])
+
+
 def _write_error_junit(junit: Path | None, name: str, exc: Exception) -> None:
     if junit is not None:
         from duplexctl.export import junit as junit_xml
@@ -97,11 +106,7 @@ def _run_one(job: ReplayJob, progress: Callable[[str], None]) -> int:
     finally:
         if job.out is not None:
             announce(job.out)
-    if job.junit is not None:
-        from duplexctl.export import junit as junit_xml
-        from duplexctl.export.junit_cases import replay_suite
-
-        junit_xml.write(job.junit, [replay_suite(result.report)])
+    _write_junit(job.junit, [result.report])
     render(result.report, as_json=job.json_output)
     if result.report.get("server_metrics") and not job.json_output:
         from duplexctl.prometheus.summary import render_lines
@@ -150,11 +155,7 @@ def _run_suite(job: ReplayJob, paths: list[Path], progress: Callable[[str], None
     finally:
         if job.out is not None:
             announce(job.out)
-    if job.junit is not None:
-        from duplexctl.export import junit as junit_xml
-        from duplexctl.export.junit_cases import replay_suite
-
-        junit_xml.write(job.junit, [replay_suite(report) for report in result.reports])
+    _write_junit(job.junit, result.reports)
     if job.json_output:
         print(json.dumps(result.document()))
     else:
