@@ -208,3 +208,9 @@ def test_json_prints_one_document_on_bad_usage_too() -> None:
     assert json.loads(done.stdout)["error"]["kind"] == "bad_usage"
     done = invoke("load", "--ramp", "0:1,10s:4", "--json")
     assert done.code == 2 and "--sessions or --rate" in json.loads(done.stdout)["error"]["message"]
+
+
+def test_no_command_is_the_root_help_and_no_error_line() -> None:
+    done = invoke()
+    assert done.code == 2  # as click says it: usage, not success
+    assert "Start here" in done.stdout and done.stderr == ""

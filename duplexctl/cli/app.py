@@ -96,6 +96,10 @@ class App(TyperGroup):
             )
         except _ClickException as exc:
             code = 2
+            if type(exc).__name__ == "NoArgsIsHelpError":  # the help page was the answer
+                if not standalone_mode:
+                    return code
+                sys.exit(code)
             message = usage_error(exc, argv)
             print(f"duplexctl: error: {message}", file=sys.stderr)
             if self._wants_json(argv):
