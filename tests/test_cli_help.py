@@ -28,6 +28,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from duplexctl.cli import app
+from duplexctl.cli.app import START
 from duplexctl.cli.help import EXTRAS, describe
 
 GROUP = get_command(app)
@@ -84,13 +85,18 @@ def reader_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 
 @pytest.mark.parametrize(
     "example",
-    [(name, e.command) for name in COMMANDS for e in EXTRAS[name].examples],
+    [(name, e.command) for name in COMMANDS for e in EXTRAS[name].examples]
+    + [("", e.command) for e in START],
     ids=lambda e: e[1][:60],
 )
 def test_every_help_example_parses(example: tuple[str, str], reader_dir: Path) -> None:
+    """Each command's examples, and the root help's "Start here"."""
     name, line = example
     argv = shlex.split(line)
-    assert argv[0] == name
+    assert argv[0] == name or not name
+    name = argv[0]
+    if argv[1:] == ["--help"]:
+        return
     command = _command(name)
     with command.make_context(name, argv[1:]) as ctx:  # raises on an unknown option or value
         assert ctx.params
