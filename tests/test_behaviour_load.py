@@ -118,7 +118,7 @@ def test_a_closed_session_gives_back_the_slot_its_noticing_unit_waits_for() -> N
 #: first unit covers the interruption: a late second unit cannot fake an early stop), stop
 #: 500 ms, gap 1500 ms (longer than the server VAD's 800 ms silence window, so the gap, not
 #: the commit, decides)
-SATURATING = ("--gpu-slots", "2", "--unit-compute-ms", "300", "--chunk-ms", "2000")
+SATURATING = ("--gpu-slots", "2", "--unit-compute-ms", "300", "--output-chunk-ms", "2000")
 STOP_MS, GAP_MS = 500.0, 1500.0
 
 

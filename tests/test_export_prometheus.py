@@ -60,7 +60,7 @@ class Run:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    with serve("--max-sessions", "64", "--reply-seconds", "1.5", "--chunk-ms", "200") as (
+    with serve("--max-sessions", "64", "--reply-seconds", "1.5", "--output-chunk-ms", "200") as (
         url,
         _proc,
     ):

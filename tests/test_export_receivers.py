@@ -31,7 +31,10 @@ SIDE_BY_SIDE = ["--sessions", "10", "--duration", "5s", "--workers", "1", "--pla
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    with serve("--max-sessions", "32", "--reply-seconds", "1", "--chunk-ms", "200") as (url, _p):
+    with serve("--max-sessions", "32", "--reply-seconds", "1", "--output-chunk-ms", "200") as (
+        url,
+        _p,
+    ):
         yield url
 
 

@@ -224,13 +224,16 @@ def test_the_offered_load_is_stated_and_a_client_cap_is_the_clients(tmp_path: Pa
 
 
 def test_the_live_view_says_the_ramps_target_now() -> None:
-    from duplexctl.load.config import LoadConfig
+    from support.loadconfig import load_config
+
     from duplexctl.load.dashboard import offered_now
 
-    closed = offered_now(LoadConfig(inputs=[SHORT], ramp="0:0,10s:20", duration_s=10))
+    closed = offered_now(load_config(inputs=[SHORT], ramp="0:0,10s:20", duration_s=10).shape)
     assert closed(5.0, {}) == "ramp target now 10 of 20 sessions (closed loop)"
     opened = offered_now(
-        LoadConfig(inputs=[SHORT], rate=2.0, ramp="0:0,10s:4", max_concurrency=5, duration_s=9)
+        load_config(
+            inputs=[SHORT], rate=2.0, ramp="0:0,10s:4", max_concurrency=5, duration_s=9
+        ).shape
     )
     assert opened(5.0, {"active": 5, "queued": 2, "queued_total": 7}) == (
         "2 new sessions/s, poisson arrivals (ramp target now) · in flight 5 of 5 (the "

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.loadconfig import load_config
 
 from duplexctl.audio import pcm
 from duplexctl.audio.pacer import MicQueue
 from duplexctl.errors import BadInput
-from duplexctl.load.config import LoadConfig, Mix
+from duplexctl.load.config import Mix
 from duplexctl.load.engine import make_plan
 from duplexctl.load.script import AppendCache, build_script
 from duplexctl.scenario.config import CliOptions, resolve
@@ -58,21 +59,21 @@ def test_bad_mix_is_one_line(text: str, problem: str) -> None:
 )
 def test_validate_refuses_bad_runs(kw: dict, problem: str) -> None:
     with pytest.raises(BadInput, match=problem):
-        LoadConfig(**kw).validate()
+        load_config(**kw).validate()
 
 
 def test_shares_add_up_and_get_distinct_seeds() -> None:
-    cfg = LoadConfig(
+    cfg = load_config(
         sessions=7, count=5, max_concurrency=3, seed=10, duration_s=1, ramp="0:0,10s:4"
     )
     parts = [cfg.share(i, 3) for i in range(3)]
-    assert sum(p.sessions or 0 for p in parts) == 7
-    assert sum(p.count or 0 for p in parts) == 5
-    assert len({p.seed for p in parts}) == 3
-    assert all(p.workers == 1 for p in parts)
-    rate = LoadConfig(rate=9.0, duration_s=1).share(1, 3)
-    assert rate.rate == pytest.approx(3.0)
-    assert "api_key" not in LoadConfig(api_key="secret").echo()
+    assert sum(p.shape.sessions or 0 for p in parts) == 7
+    assert sum(p.shape.count or 0 for p in parts) == 5
+    assert len({p.shape.seed for p in parts}) == 3
+    assert all(p.execution.workers == 1 for p in parts)
+    rate = load_config(rate=9.0, duration_s=1).share(1, 3)
+    assert rate.shape.rate == pytest.approx(3.0)
+    assert "api_key" not in load_config(api_key="secret").echo()
 
 
 def test_bundled_script_and_append_cache() -> None:
@@ -116,7 +117,7 @@ def test_an_explicit_flag_beats_the_scenario_even_at_the_default_value(tmp_path:
     """LoadConfig.chunk_ms defaulted to 100, so "not given" and "--chunk-ms 100" looked the
     same and the scenario's 200 won over the flag (prebuffer and response timeout alike)."""
     path = scenario_file(tmp_path, "chunk_ms = 200\nprebuffer_ms = 30\nresponse_timeout_s = 9")
-    flags = LoadConfig(
+    flags = load_config(
         inputs=[str(path)], chunk_ms=100, prebuffer_ms=0.0, response_timeout_s=20.0, count=1
     )
     plan = make_plan(flags)
@@ -125,7 +126,7 @@ def test_an_explicit_flag_beats_the_scenario_even_at_the_default_value(tmp_path:
         0.0,
         20.0,
     )
-    scenario = LoadConfig(inputs=[str(path)], count=1)
+    scenario = load_config(inputs=[str(path)], count=1)
     plan = make_plan(scenario)
     assert (plan.replay.chunk_ms, plan.replay.prebuffer_ms, plan.replay.response_timeout_s) == (
         200,
@@ -141,7 +142,7 @@ def test_an_explicit_flag_beats_the_scenario_even_at_the_default_value(tmp_path:
 def test_load_asks_for_the_same_server_vad_as_replay() -> None:
     """load dropped replay's 800 ms silence_duration_ms: the same scenario then ran with a
     different server VAD in load and in replay."""
-    load = make_plan(LoadConfig(inputs=[str(HELLO)], turn_detection="server_vad", count=1))
+    load = make_plan(load_config(inputs=[str(HELLO)], turn_detection="server_vad", count=1))
     replay = resolve(CliOptions(turn_detection="server_vad"), load_inputs([HELLO]).settings)
     vad = {"type": "server_vad", "silence_duration_ms": 800}
     assert load.settings.to_session_object()["turn_detection"] == vad
@@ -151,4 +152,4 @@ def test_load_asks_for_the_same_server_vad_as_replay() -> None:
 def test_send_phases_are_checked_against_the_chunk_used(tmp_path: Path) -> None:
     path = scenario_file(tmp_path, "chunk_ms = 20")
     with pytest.raises(BadInput, match=r"chunk \(20 ms\)"):
-        LoadConfig(inputs=[str(path)], sessions=1, count=1, send_phases=40).validate()
+        load_config(inputs=[str(path)], sessions=1, count=1, send_phases=40).validate()

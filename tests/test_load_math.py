@@ -125,7 +125,7 @@ def test_ramp_parse_and_queries() -> None:
         ("", "expected <time>:<target>"),
         ("0:1,,60s:5", "expected <time>:<target>"),
         ("0:1,60s", "is not <time>:<target>"),
-        ("0:1,soon:5", "duration 'soon'"),
+        ("0:1,soon:5", "'soon' is not a duration"),
         ("0:1,60s:lots", "target 'lots' is not a number"),
         ("0:1,60s:5,30s:5", "must not decrease"),
         ("0:-1", "target must be >= 0"),

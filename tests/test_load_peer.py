@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.loadconfig import load_config
 
-from duplexctl.load.config import LoadConfig
 from duplexctl.load.run import run_load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.realtime, pytest.mark.peer]
 def test_load_against_the_peer_with_two_slots(peer: Callable[..., Any]) -> None:
     server = peer("--max-sessions", "2")
     result = run_load(
-        LoadConfig(
+        load_config(
             url=server.url,
             inputs=[HELLO],
             sessions=3,

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from support.cluster import report_of, run_load
 from support.commands import HELLO, SHORT, serve
+from support.loadconfig import load_config
 
 from duplexctl.load.arrivals import ArrivalProcess, Ramp
-from duplexctl.load.config import LoadConfig, Mix, split_ramp
+from duplexctl.load.config import Mix, split_ramp
 from duplexctl.load.script import scenario_for
 from duplexctl.scenario.model import Wait
 
@@ -100,11 +101,11 @@ def test_open_loop_ramp_is_thinned_by_seed_and_a_failing_slo_exits_1(
     assert "SLO FAIL ttfa_p95<=1ms" in run.stdout and "SLO PASS rejection_rate<=0.01" in run.stdout
     report = report_of(out)
     assert [s["passed"] for s in report["slo"]] == [False, True]
-    whole = LoadConfig(inputs=[SHORT], rate=1, ramp="0s:1,4s:4", seed=11, duration_s=5, workers=2)
+    whole = load_config(inputs=[SHORT], rate=1, ramp="0s:1,4s:4", seed=11, duration_s=5, workers=2)
     sessions = sessions_of(out)
     total = 0
     for i in range(2):
-        share = whole.share(i, 2)
+        share = whole.share(i, 2).shape
         planned = list(
             ArrivalProcess(share.arrival, share.burstiness, share.seed).times(
                 Ramp.parse(share.ramp or ""), duration=5.0, count=None
@@ -135,9 +136,9 @@ def test_mix_draws_each_workers_behaviours_from_its_own_seed(cluster: Any, tmp_p
     mix, waits = Mix.parse(mix_text), sum(isinstance(s, Wait) for s in scenario_for([SHORT]).steps)
 
     def expected(seed: int) -> list[Counter[str]]:
-        config = LoadConfig(inputs=[SHORT], sessions=4, count=8, workers=2, seed=seed)
+        config = load_config(inputs=[SHORT], sessions=4, count=8, workers=2, seed=seed)
         return [
-            planned_behaviours(config.share(i, 2).seed or 0, config.share(i, 2).count or 0,
+            planned_behaviours(config.share(i, 2).shape.seed or 0, config.share(i, 2).shape.count or 0,
                                mix, waits)
             for i in range(2)
         ]  # fmt: skip

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.realtime
 @pytest.mark.slow
 def test_a_server_that_drops_every_connection_fails_the_drop_slo(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    server = ("--fault", "drop-after=12", "--reply-seconds", "1", "--chunk-ms", "200")
+    server = ("--fault", "drop-after=12", "--reply-seconds", "1", "--output-chunk-ms", "200")
     with serve(*server) as (url, _server):
         args = ["load", SHORT, "--url", url, "--sessions", "2", "--duration", "4s", "--plain"]
         slos = ["--slo", "unplanned_drops<=0", "--slo", "resume_ms_p95<=30s"]

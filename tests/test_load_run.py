@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.loadconfig import load_config
 from typer.testing import CliRunner
 
 from duplexctl.cli import app
@@ -44,7 +45,7 @@ def config(**kw: Any) -> LoadConfig:
     overrides = kw.pop("server", {})
     base.update(kw)
     base["server_overrides"].update(overrides)
-    return LoadConfig(**base)
+    return load_config(**base)
 
 
 @pytest.mark.timing

@@ -1,11 +1,12 @@
-"""The README is executable: every ``duplexctl`` command in its shell blocks runs (issue 17.8).
+"""The README and the guides are executable: every ``duplexctl`` command in their shell blocks
+runs (issues 17.8, 35).
 
 Why: a README drifts the moment a flag is renamed, a default changes or an example stops
 working, and nobody reads it again until a user pastes a command that fails. So this test
-extracts every ``duplexctl …`` (and ``.venv/bin/duplexctl …``) command from README.md's
-```bash blocks (continuation lines joined), runs each as a user would — its own process, in a
-fresh directory — and requires the exit code the README gives it: 0, or the code its comment
-names (``# … exit 3``).
+extracts every ``duplexctl …`` (and ``.venv/bin/duplexctl …``) command from the ```bash blocks
+of README.md and of the task guides in docs/ (:data:`DOCUMENTS`; continuation lines joined),
+runs each as a user would — its own process, in a fresh directory — and requires the exit
+code the text gives it: 0, or the code its comment names (``# … exit 3``).
 
 What is run as written and what is not: a README example names servers and files a test
 machine does not have (``ws://gpu:8000``, ``my-ca.pem``) and durations CI cannot spend
@@ -17,6 +18,8 @@ the monitor of a null sink.
 
 Blocks run in parallel (commands of one block in order, in one directory: ``load --out run1``
 then ``report run1`` works as written); about two minutes in all. Traffic stays on loopback.
+A guide's block that cannot run here (a walk-through over several hosts) is a ```text block,
+and says so; :data:`SHOWN_NOT_RUN` lists each, so none hides by accident.
 """
 
 from __future__ import annotations
@@ -45,6 +48,25 @@ pytestmark = pytest.mark.realtime
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+#: The texts whose shell blocks are run: the README, the reference that shows commands, and
+#: the task guides.
+DOCUMENTS = (
+    "README.md",
+    "docs/cli.md",
+    "docs/capacity.md",
+    "docs/regression.md",
+    "docs/checks.md",
+    "docs/talk.md",
+    "docs/cluster.md",
+    "docs/testing-the-tester.md",
+)
+#: Blocks that show ``duplexctl`` commands without running them, and why (by document).
+SHOWN_NOT_RUN: dict[str, str] = {
+    "docs/cluster.md": "the walk-through starts Ray on several hosts (tests/test_load_ray.py "
+    "runs the same on a two-node cluster of one host)",
+}
+#: The README stays a front page: reference and findings live in docs/.
+README_MAX_BYTES = 10 * 1024
 
 #: Every change the test makes to what the README says, and why. A command that needed a
 #: change not listed here fails (test_every_rewrite_is_listed).
@@ -67,9 +89,11 @@ REWRITES: dict[str, str] = {
     "takes about 6 s, and 50 sessions start over 2 s: the shortest run load itself accepts "
     "as measuring something)",
     "step-duration": "`--step-duration` above 8s → 8s (also set when absent: 20s by default)",
-    "capacity-bounds": "`--find-capacity` gets `--max-level 2`, and without `--url` "
-    "`--server-option disconnect_grace_s=2` (its slot-release measurement after an abrupt "
-    "drop waits for the server's disconnect grace, 30 s by default)",
+    "capacity-bounds": "`--find-capacity` gets `--max-level 2`, and its server a 2 s "
+    "disconnect grace: without `--url` `--server-option disconnect_grace_s=2`, with a remote "
+    "`--url` the `duplexctl serve` started for it `--disconnect-grace-s 2` (its slot-release "
+    "measurement after an abrupt drop waits for the server's disconnect grace, 30 s by "
+    "default)",
     "talk-duration": "`talk` (but `--list-devices`) runs at most 6 s: `--duration` above 6 "
     "→ 6, added when absent (talk otherwise runs until `q` or Ctrl-C)",
     "talk-sound": "`talk` runs against a private PulseAudio (tests/support/pulse.py): the microphone "
@@ -96,17 +120,18 @@ _EXIT_COMMENT = re.compile(r"\bexit (\d+)\b")
 
 @dataclass(frozen=True, slots=True)
 class Example:
-    """One ``duplexctl`` command of the README: its block, line, words and expected exit."""
+    """One ``duplexctl`` command of a document: its block, line, words and expected exit."""
 
     block: int
     line: int
     text: str
     argv: tuple[str, ...]  # after the program name
     expected_exit: int
+    source: str = "README.md"
 
     @property
     def id(self) -> str:
-        return f"L{self.line}: duplexctl {' '.join(self.argv)}"[:120]
+        return f"{self.source}:{self.line}: duplexctl {' '.join(self.argv)}"[:120]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +163,7 @@ def _is_duplexctl(word: str) -> bool:
     return word == "duplexctl" or word.endswith("/duplexctl")
 
 
-def examples(text: str) -> list[Example]:
+def examples(text: str, source: str = "README.md") -> list[Example]:
     """Every ``duplexctl`` command of the ```bash blocks, continuation lines joined."""
     found: list[Example] = []
     for index, fence in enumerate(f for f in fences(text) if f.lang in ("bash", "sh", "shell")):
@@ -174,12 +199,18 @@ def examples(text: str) -> list[Example]:
                             text=" ".join(line.split()),
                             argv=tuple(command[1:]),
                             expected_exit=int(expected.group(1)) if expected else 0,
+                            source=source,
                         )
                     )
     return found
 
 
 README_EXAMPLES = examples(README.read_text(encoding="utf-8"))
+EXAMPLES = [
+    example
+    for document in DOCUMENTS
+    for example in examples((ROOT / document).read_text(encoding="utf-8"), document)
+]
 
 
 # --- rewriting one command -------------------------------------------------------------------
@@ -252,6 +283,8 @@ def plan(example: Example) -> Planned:
         sessions = _option(argv, "--sessions")
         p.serve_args = ["--max-sessions", str(max(4, int(sessions or 4)))]
         grace = _option(argv, "--disconnect-grace-s")
+        if grace is None and "--find-capacity" in argv:
+            grace = "2"  # capacity-bounds
         if grace is not None:
             p.serve_args += ["--disconnect-grace-s", grace]
         p.applied.append("remote-url")
@@ -416,9 +449,9 @@ def outcomes() -> Iterator[dict[Example, Outcome]]:
 
     sound_server = start_pulse() if pulseaudio_available() else None
     try:
-        blocks: dict[int, list[Example]] = {}
-        for example in README_EXAMPLES:
-            blocks.setdefault(example.block, []).append(example)
+        blocks: dict[tuple[str, int], list[Example]] = {}
+        for example in EXAMPLES:
+            blocks.setdefault((example.source, example.block), []).append(example)
         sound = sound_server.env if sound_server is not None else None
         # the longest blocks first, so the parallel run ends soonest
         order = sorted(blocks.values(), key=len, reverse=True)
@@ -434,7 +467,7 @@ def outcomes() -> Iterator[dict[Example, Outcome]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example", README_EXAMPLES, ids=lambda e: e.id)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.id)
 def test_readme_example_runs(example: Example, outcomes: dict[Example, Outcome]) -> None:
     outcome = outcomes[example]
     if outcome.skipped:
@@ -448,20 +481,37 @@ def test_the_readme_has_examples_of_every_command() -> None:
 
 
 def test_every_rewrite_is_listed() -> None:
-    used = {name for e in README_EXAMPLES for name in plan(e).applied}
+    used = {name for e in EXAMPLES for name in plan(e).applied}
     assert used <= REWRITES.keys()
 
 
 def test_no_example_hides_outside_a_shell_block() -> None:
-    """A ``duplexctl`` command in a block of another language would not be run."""
+    """A ``duplexctl`` command in a block of another language would not be run: only the
+    blocks :data:`SHOWN_NOT_RUN` names, with why, may hold one."""
     hidden = [
-        f"line {f.first_line + i}: {line.strip()}"
-        for f in fences(README.read_text(encoding="utf-8"))
+        f"{document}:{f.first_line + i}: {line.strip()}"
+        for document in DOCUMENTS
+        if document not in SHOWN_NOT_RUN
+        for f in fences((ROOT / document).read_text(encoding="utf-8"))
         if f.lang not in ("bash", "sh", "shell")
         for i, line in enumerate(f.lines)
         if line.strip() and _is_duplexctl(line.split()[0])
     ]
     assert hidden == []
+    for document in SHOWN_NOT_RUN:  # the exception is still needed, and still says so
+        text = (ROOT / document).read_text(encoding="utf-8")
+        shown = [f for f in fences(text) if f.lang not in ("bash", "sh", "shell")]
+        assert any(_is_duplexctl(w) for f in shown for line in f.lines for w in line.split())
+
+
+def test_every_guide_is_linked_from_the_readme_and_the_readme_stays_short() -> None:
+    """The README is a front page (issue 35: it was 48 KB of reference, findings and
+    benchmark tables): what it is, the set-up, the quickstart, an example per command, links."""
+    readme = README.read_text(encoding="utf-8")
+    assert len(readme.encode("utf-8")) <= README_MAX_BYTES
+    for document in DOCUMENTS[1:]:
+        assert f"]({document})" in readme, document
+    assert "--find-capacity" in readme.split("## The commands")[0]  # the quickstart answers it
 
 
 def test_the_first_block_is_the_set_up_and_ci_runs_its_test_command() -> None:

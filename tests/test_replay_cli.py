@@ -52,7 +52,7 @@ def server() -> Iterator[str]:
                 str(port),
                 "--max-sessions",
                 "1",
-                "--chunk-ms",
+                "--output-chunk-ms",
                 "200",
                 "--reply-seconds",
                 "1.0",

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.loadconfig import load_config
 from typer.testing import CliRunner
 
 from duplexctl.cli import app
-from duplexctl.load.config import LoadConfig
 from duplexctl.load.run import run_load
 from duplexctl.report.load_report import tally_of
 
@@ -26,7 +26,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     for i in range(2):
         out = tmp_path_factory.mktemp(f"run{i}")
         run_load(
-            LoadConfig(
+            load_config(
                 inputs=[SHORT],
                 sessions=2 + i,
                 duration_s=3.0,

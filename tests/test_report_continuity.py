@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.loadconfig import load_config
 from support.paths import HELLO, SHORT
 
 from duplexctl.audio.playback import PlaybackClock, WorstDeficit
 from duplexctl.errors import BadInput
-from duplexctl.load.config import LoadConfig
 from duplexctl.load.script import build_script
 from duplexctl.report import continuity
 from duplexctl.report.slo import parse_slo
@@ -156,7 +156,7 @@ def test_bad_thresholds_name_the_problem(text: str, problem: str) -> None:
 
 def test_an_slo_on_a_threshold_not_judged_is_refused_before_the_run() -> None:
     assert parse_slo("continuity_ok_rate_150>=99%").threshold == pytest.approx(0.99)
-    config = LoadConfig(
+    config = load_config(
         inputs=[SHORT], sessions=1, duration_s=1, slos=["continuity_ok_rate_150>=0.9"]
     )
     with pytest.raises(BadInput, match="150 ms is not a --continuity-thresholds value"):

@@ -216,7 +216,7 @@ def test_the_scenario_layer_is_checked_with_the_same_rules(tmp_path: Path) -> No
             ["load", str(HELLO), "--count", "1", "--sessions", "1", "--vad-silence-ms", "0"],
             "--vad-silence-ms must be a positive integer",
         ),
-        (["probe", "--session", "/nonexistent/s.json"], "cannot read --session"),
+        (["probe", "--session", "/nonexistent/s.json"], "--session: /nonexistent/s.json: no such"),
         (["talk", "--chunk-ms", "30", "--output-device", "none"], "multiple of 20 ms"),
     ],
 )
@@ -229,27 +229,42 @@ def test_cli_refuses_before_connecting(args: list[str], message: str) -> None:
 
 
 def test_the_help_states_the_defaults_of_the_table() -> None:
-    """Every "(default N)" in a settings option's help is the resolver's default for that
-    command, and every settings option defaults to None (= not given)."""
-    import re
-
+    """Every settings option defaults to None (= not given), and the help shows the
+    resolver's default for that command: the table is the one place it is written."""
+    import typer
     from typer.main import get_command
 
     from duplexctl.cli import app
-    from duplexctl.resolver import FLAGS
+    from duplexctl.cli.help import describe
+    from duplexctl.resolver import FLAGS, SPECS, Fixed
 
     group = get_command(app)
     stated = 0
     for command in Command:
-        params = {p.name: p for p in group.commands[command.value].params}  # type: ignore[attr-defined]
+        click_command = group.commands[command.value]  # type: ignore[attr-defined]
+        params = {p.name: p for p in click_command.params}
+        shown = {
+            o.names.split(",")[0].split(" /")[0]: o.default
+            for _, docs in describe(
+                click_command, typer.Context(click_command, info_name=command.value)
+            ).panels
+            for o in docs
+        }
         for name in FLAGS[command]:
-            param = params[name]
-            assert param.default is None, (command, name)
-            found = re.search(r"\(default (\d+(?:\.\d+)?)\)", param.help or "")
-            if found:
-                stated += 1
-                assert float(found.group(1)) == defaults(command)[name], (command, name)
-    assert stated >= 8
+            assert params[name].default is None, (command, name)
+            value = defaults(command)[name]
+            if value is None or isinstance(value, Fixed):
+                continue
+            text = shown[SPECS[name].flag]
+            assert text is not None, (command, name)
+            if isinstance(value, bool):
+                assert text == ("--" if value else "--no-") + name.replace("_", "-")
+            elif name == "response_timeout_s":
+                assert text == f"{value:g}s"
+            else:
+                assert text == (f"{value:g}" if isinstance(value, float) else str(value))
+            stated += 1
+    assert stated >= 20
 
 
 def test_tools_and_tool_outputs_rank_as_settings_and_are_checked(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile
+from support.loadconfig import load_config
 
-from duplexctl.load.config import LoadConfig
 from duplexctl.probe.runner import ProbeConfig
 from duplexctl.resolver import (
     FLAGS,
@@ -192,12 +192,13 @@ def build(command: Command, layers: Layers) -> RunSettings:
         return config.run
     if command is Command.LOAD:
         inputs = [str(layers.scenario or HELLO)]
-        load = LoadConfig(inputs=inputs, session_file=session, sessions=1, count=1, **flags)
+        load = load_config(inputs=inputs, session_file=session, sessions=1, count=1, **flags)
         load.validate()
         run = load.settings
-        for name in ("chunk_ms", "prebuffer_ms", "response_timeout_s", "turn_detection"):
-            assert getattr(load, name) == run[name]  # run.py and the report read these
         echo = load.echo()
+        assert load.chunk_ms == run["chunk_ms"]  # run.py reads it
+        for name in ("chunk_ms", "prebuffer_ms", "response_timeout_s", "turn_detection"):
+            assert echo[name] == run[name]  # the report reads these
         assert echo["origin"] == {k: v.value for k, v in run.origins.items()}
         return run
     if command is Command.TALK:

@@ -110,7 +110,9 @@ def test_talk_without_a_sound_card_still_works_with_output_none() -> None:
 def test_bad_options_are_one_line_exit_2(tmp_path: Path) -> None:
     done = invoke("talk", "--barge-in", "maybe", "--output-device", "none")
     assert done.code == 2
-    assert "--barge-in must be one of client, server, off" in one_line_error(done.stderr)
+    assert "--barge-in: 'maybe' is not one of 'client', 'server', 'off'" in one_line_error(
+        done.stderr
+    )
     done = invoke("talk", "--input-file", str(tmp_path / "missing.wav"))
     assert done.code == 2
     assert "no such file" in one_line_error(done.stderr)
@@ -259,10 +261,16 @@ def test_keys_do_nothing_without_a_terminal() -> None:
     assert pressed == []
 
 
-def test_input_file_spec_parses_a_start_time() -> None:
-    assert InputFileSpec.parse("a.wav@2.5") == InputFileSpec(Path("a.wav"), 2.5)
-    assert InputFileSpec.parse("a.wav") == InputFileSpec(Path("a.wav"))
-    assert InputFileSpec.parse("me@home.wav") == InputFileSpec(Path("me@home.wav"))
+def test_input_file_spec_parses_a_start_time(tmp_path: Path) -> None:
+    (tmp_path / "a.wav").write_bytes(b"")
+    (tmp_path / "me@home.wav").write_bytes(b"")
+    a, at_home = tmp_path / "a.wav", tmp_path / "me@home.wav"
+    assert InputFileSpec.parse(f"{a}@2.5") == InputFileSpec(a, 2.5)
+    assert InputFileSpec.parse(f"{a}@500ms") == InputFileSpec(a, 0.5)  # any duration
+    assert InputFileSpec.parse(str(a)) == InputFileSpec(a)
+    assert InputFileSpec.parse(str(at_home)) == InputFileSpec(at_home)
+    with pytest.raises(ValueError, match="is a directory"):
+        InputFileSpec.parse(str(tmp_path))
 
 
 def test_the_recording_logs_every_frame_even_when_the_last_one_was_freed(

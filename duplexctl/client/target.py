@@ -223,21 +223,22 @@ class Target:
 
 @contextlib.asynccontextmanager
 async def server_target(
-    url: str | None, server_settings: Mapping[str, Any] | None = None
+    url: str | None,
+    server_settings: Mapping[str, Any] | None = None,
+    spelled: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Target]:
     """``--url`` as given, or — without one — the reference server started in-process on a
-    free loopback port (``server_settings``: ServerConfig fields; an unknown one is BadInput)
-    for as long as the block runs. docs/architecture.md: every command works on a fresh machine."""
+    free loopback port (``server_settings``: ServerConfig fields, checked by
+    :func:`duplexctl.server.config.embedded`: a bad one is BadInput naming the option that
+    set it, ``spelled``) for as long as the block runs. docs/architecture.md: every command
+    works on a fresh machine."""
     if url is not None:
         yield Target(url=url, embedded=None, line=None)
         return
-    from duplexctl.server.config import ServerConfig
+    from duplexctl.server.config import embedded
     from duplexctl.server.embedded import embedded_server
 
-    try:
-        config = ServerConfig(**dict(server_settings or {}))
-    except TypeError as exc:
-        raise BadInput(f"embedded server: {exc}") from None
+    config = embedded(server_settings or {}, spelled)
     async with embedded_server(config) as embedded_url:
         yield Target(
             url=embedded_url,

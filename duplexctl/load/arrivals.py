@@ -27,27 +27,18 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
+from duplexctl.values import parse_duration
+
 ArrivalKind = Literal["constant", "poisson", "gamma"]
 ARRIVAL_KINDS: tuple[str, ...] = ("constant", "poisson", "gamma")
 
-_DURATION = re.compile(r"^(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h)?$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _BATCH = 256
-
-
-def parse_duration(text: str) -> float:
-    """``"250ms"``, ``"60s"``, ``"5m"``, ``"1.5h"`` or a bare number of seconds → seconds."""
-    match = _DURATION.match(text.strip().lower())
-    if match is None:
-        raise ValueError(f"duration {text!r} is not a number with ms, s, m or h")
-    return float(match["num"]) * _UNIT_S[match["unit"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +50,7 @@ class Ramp:
     the last point the last target holds.
 
     Text form (``--ramp``): comma-separated ``<time>:<target>`` points, times as in
-    :func:`parse_duration`::
+    :func:`duplexctl.values.parse_duration`::
 
         "0:1,60s:50"            1 → 50 over the first minute, then 50
         "0:10,2m:10,2m:40,5m:40" 10 for two minutes, step to 40, hold to 5 minutes

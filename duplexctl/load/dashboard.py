@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from duplexctl.load.arrivals import Ramp
-from duplexctl.load.config import LoadConfig
+from duplexctl.load.config import Shape
 from duplexctl.load.recorder import live_percentiles
 from duplexctl.prometheus.run import live_line
 from duplexctl.report.summary import format_value
@@ -35,23 +35,23 @@ RATE_WINDOW_S = 10.0
 RATE_MIN_SPAN_S = 1.0
 
 
-def offered_now(config: LoadConfig) -> Callable[[float, Mapping[str, Any]], str]:
-    """The live view's ``offered`` line for a run's config: what the client offers at an
+def offered_now(shape: Shape) -> Callable[[float, Mapping[str, Any]], str]:
+    """The live view's ``offered`` line for a run's shape: what the client offers at an
     elapsed time (the ramp's current target), the client's own limit and its queue."""
-    ramp = Ramp.parse(config.ramp) if config.ramp else None
+    ramp = Ramp.parse(shape.ramp) if shape.ramp else None
 
     def line(elapsed: float, snap: Mapping[str, Any]) -> str:
-        if config.rate is None:
+        if shape.rate is None:
             if ramp is None:
-                return f"{config.sessions} sessions at once (closed loop)"
+                return f"{shape.sessions} sessions at once (closed loop)"
             return f"ramp target now {ramp.level_at(elapsed)} of {math.floor(ramp.peak)} sessions (closed loop)"
-        rate = ramp.target_at(elapsed) if ramp is not None else config.rate
-        text = f"{rate:.3g} new sessions/s, {config.arrival} arrivals" + (
+        rate = ramp.target_at(elapsed) if ramp is not None else shape.rate
+        text = f"{rate:.3g} new sessions/s, {shape.arrival} arrivals" + (
             " (ramp target now)" if ramp is not None else ""
         )
-        if config.max_concurrency:
+        if shape.max_concurrency:
             text += (
-                f" · in flight {snap.get('active', 0)} of {config.max_concurrency} (the client's "
+                f" · in flight {snap.get('active', 0)} of {shape.max_concurrency} (the client's "
                 f"limit) · queued on the client {snap.get('queued', 0)} now, "
                 f"{snap.get('queued_total', 0)} so far"
             )

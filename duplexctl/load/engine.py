@@ -84,7 +84,9 @@ def make_plan(config: LoadConfig, script: Script | None = None) -> Plan:
     resolver for every command: defaults < scenario < ``--session`` < flags), and the
     script, its audio decoded at the session's input rate."""
     replay = ReplayConfig.from_run(config.settings)
-    script = script or build_script(config.inputs, rate=replay.settings.input_rate)
+    script = script or build_script(
+        list(config.conversation.inputs), rate=replay.settings.input_rate
+    )
     check_pauses(script.scenario, replay)  # a pause the server VAD would end: exit 2
     return Plan(script=script, replay=replay)
 
@@ -120,8 +122,9 @@ class Driver:
         self.stop = stop
         self.worker = worker
         self.appends = AppendCache(plan.settings.input_format_canonical)
-        self.send_grid = SendGrid(plan.replay.chunk_ms / 1000, config.send_phases)
-        seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**32)
+        self.send_grid = SendGrid(plan.replay.chunk_ms / 1000, config.execution.send_phases)
+        shape = config.shape
+        seed = shape.seed if shape.seed is not None else random.SystemRandom().randrange(2**32)
         self.seed = seed
         self.rng = random.Random(seed)
         self.started = 0
@@ -135,7 +138,7 @@ class Driver:
     @property
     def end_at(self) -> float | None:
         """Monotonic end of the run (None: ends by count or ramp alone)."""
-        c = self.config
+        c = self.config.shape
         if c.duration_s is not None:
             return self.origin + c.warmup_s + c.duration_s
         if c.ramp is not None and c.count is None:
@@ -152,7 +155,7 @@ class Driver:
         sink: Sink | None = None,
         stop: asyncio.Event | None = None,
     ) -> LoadSession:
-        p, c = self.plan, self.config
+        p, c, e = self.plan, self.config.shape, self.config.execution
         record = SessionRecord(worker=self.worker, index=index, attempt=attempt)
         record.t_scheduled = scheduled
         return LoadSession(
@@ -165,9 +168,9 @@ class Driver:
             rng=random.Random(self.rng.random()),
             appends=self.appends,
             send_grid=self.send_grid,
-            open_timeout_s=c.open_timeout_s,
-            close_timeout_s=c.close_timeout_s,
-            api_key=c.api_key,
+            open_timeout_s=e.open_timeout_s,
+            close_timeout_s=e.close_timeout_s,
+            api_key=self.config.target.api_key,
             stop=self.stop if stop is None else stop,
             stagger=stagger,
         )
@@ -176,10 +179,10 @@ class Driver:
         """Run until the end; returns this worker's own figures (CPU, loop lag, seed)."""
         self.loop_lag.start()
         timer = asyncio.create_task(self._timer())
-        if self.worker == 0 and self.config.joins and self.config.closed_loop:
+        if self.worker == 0 and self.config.capacity.joins and self.config.shape.closed_loop:
             self._spawn(self._joiners())
         try:
-            if self.config.closed_loop:
+            if self.config.shape.closed_loop:
                 await self._closed_loop()
             else:
                 await self._open_loop()
@@ -218,12 +221,13 @@ class Driver:
         return task
 
     def _count_left(self) -> bool:
-        return self.config.count is None or self.started < self.config.count
+        count = self.config.shape.count
+        return count is None or self.started < count
 
     # -- closed loop -----------------------------------------------------------------------------
 
     async def _closed_loop(self) -> None:
-        c = self.config
+        c = self.config.shape
         ramp = Ramp.parse(c.ramp) if c.ramp else None
         users = int(ramp.peak) if ramp is not None else int(c.sessions or 0)
         for i in range(users):
@@ -262,7 +266,7 @@ class Driver:
     def _stagger_of(self, i: int) -> float | None:
         """User ``i``'s place in the pass with ``--stagger`` (its global index among every
         worker's users, so the workers together spread them evenly), else None."""
-        c = self.config
+        c = self.config.shape
         if not c.stagger:
             return None
         first, step, total = c.user_numbering or (0, 1, int(c.sessions or 0))
@@ -274,13 +278,13 @@ class Driver:
         """When the N users are in steady state (monotonic): after the warm-up, their start
         spread and one first turn of the script (every user has started and spoken)."""
         first_turn_s, _ = self.plan.script.first_turn()
-        return self.origin + self.config.warmup_s + CLOSED_SPREAD_S + first_turn_s
+        return self.origin + self.config.shape.warmup_s + CLOSED_SPREAD_S + first_turn_s
 
     async def _joiners(self) -> None:
         """The joining sessions, one after the other (module docstring)."""
         if await _sleep_or_stop(self.stop, self.steady_at() - time.monotonic()):
             return
-        for k in range(self.config.joins):
+        for k in range(self.config.capacity.joins):
             if self.stop.is_set():
                 return
             sink = JoinSink(self.recorder)
@@ -298,7 +302,7 @@ class Driver:
     # -- open loop ----------------------------------------------------------------------------
 
     async def _open_loop(self) -> None:
-        c = self.config
+        c = self.config.shape
         process = ArrivalProcess(c.arrival, c.burstiness, c.seed)  # type: ignore[arg-type]
         target: float | Ramp = Ramp.parse(c.ramp) if c.ramp else float(c.rate or 0)
         horizon = None
@@ -386,15 +390,16 @@ def make_recorder(
     """The recorder of one process, with the run's slices and phase windows."""
     from duplexctl.report.slices import Windows
 
-    ramp_end = Ramp.parse(config.ramp).duration if config.ramp else 0.0
+    shape = config.shape
+    ramp_end = Ramp.parse(shape.ramp).duration if shape.ramp else 0.0
     return Recorder(
         origin=origin,
-        slice_s=config.slice_s,
-        windows=Windows(config.warmup_s, ramp_end),
+        slice_s=config.output.slice_s,
+        windows=Windows(shape.warmup_s, ramp_end),
         worker=worker,
         out_dir=out_dir,
-        thresholds_ms=config.continuity_thresholds_ms,
-        step=config.step,
+        thresholds_ms=config.capacity.continuity_thresholds_ms,
+        step=shape.step,
     )
 
 

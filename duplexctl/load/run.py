@@ -55,17 +55,18 @@ def run_load(config: LoadConfig) -> RunResult:
     """Validate, run, write and render; the CLI turns ``exit_code`` into the exit status."""
     config.validate()
     plan = make_plan(config)  # bad audio, scenario or session file: exit 2 before any socket
-    if config.ray is not None:  # the cluster first: no extra, no cluster → one line, exit 2 / 3
+    if config.execution.ray is not None:  # the cluster first: no extra, no cluster → exit 2 / 3
         from duplexctl.load.cluster.connect import resolve_workers
 
         config = resolve_workers(config)
-    if config.out is not None:
-        prepare_run_dir(config.out, flag="--out", overwrite=config.overwrite, command="load")
+    output = config.output
+    if output.out is not None:
+        prepare_run_dir(output.out, flag="--out", overwrite=output.overwrite, command="load")
     first_turn = plan.script.first_turn()
     for line in too_short(config, *first_turn):
         print(f"duplexctl: warning: {line}", file=sys.stderr)
     try:
-        if config.uvloop:
+        if config.execution.uvloop:
             try:
                 import uvloop
 
@@ -74,8 +75,8 @@ def run_load(config: LoadConfig) -> RunResult:
                 pass
         return asyncio.run(_main(config, first_turn))
     finally:
-        if config.out is not None:
-            announce(config.out)
+        if output.out is not None:
+            announce(output.out)
 
 
 @contextlib.asynccontextmanager
@@ -83,8 +84,9 @@ async def target(config: LoadConfig) -> AsyncIterator[tuple[str, dict[str, Any] 
     """The server to load: ``--url``, or the embedded reference server (said in one line)."""
     from duplexctl.client.target import server_target
 
-    overrides = config.server_overrides if config.url is None else None
-    async with server_target(config.url, overrides) as found:
+    url, server = config.target.url, config.server
+    overrides = server.settings if url is None else None
+    async with server_target(url, overrides, server.spelled) as found:
         if found.embedded is None:
             yield found.url, None
             return
@@ -101,15 +103,14 @@ def too_short(config: LoadConfig, turn_s: float, why: str) -> list[str]:
     turn of the inputs (:meth:`~duplexctl.load.script.Script.first_turn`) may measure
     nothing."""
     turn = f"one turn of these inputs (about {turn_s:.1f} s: {why})"
-    if config.find_capacity and config.step_duration_s < turn_s:
+    capacity, duration = config.capacity, config.shape.duration_s
+    if capacity.find_capacity and capacity.step_duration_s < turn_s:
         return [
-            f"--step-duration {config.step_duration_s:g}s is shorter than {turn}: a step "
+            f"--step-duration {capacity.step_duration_s:g}s is shorter than {turn}: a step "
             "that completes no turn runs again for twice as long"
         ]
-    if not config.find_capacity and config.duration_s is not None and config.duration_s < turn_s:
-        return [
-            f"--duration {config.duration_s:g}s is shorter than {turn}: the run may complete no turn"
-        ]
+    if not capacity.find_capacity and duration is not None and duration < turn_s:
+        return [f"--duration {duration:g}s is shorter than {turn}: the run may complete no turn"]
     return []
 
 
@@ -120,17 +121,18 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
 
     irq = Interrupts()
     irq.install()
-    out = Path(config.out) if config.out else None
+    output, capacity = config.output, config.capacity
+    out = Path(output.out) if output.out else None
     async with target(config) as (url, embedded):
         extra: dict[str, Any] = {}
         # the server's /metrics, scraped by threads beside the run (docs/metrics.md), and
         # with --prometheus-rw the run's own figures pushed by another (export/live.py)
         async with (
-            pushing(config.push, command="load", target=url) as feed,
+            pushing(output.push, command="load", target=url) as feed,
             scraping(
-                config.scrape,
+                output.scrape,
                 url,
-                api_key=config.api_key,
+                api_key=config.target.api_key,
                 out=out,
                 ssl_context=tls_for(url),
             ) as scraper,
@@ -141,9 +143,9 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
                     scraper.mark(str(level), start - scraper.origin, end - scraper.origin)
 
             env = await pinned(config, url, tls_for(url))  # before the first session
-            if config.find_capacity:
+            if capacity.find_capacity:
                 report = await find_capacity(config, url, embedded, irq, on_step=mark)
-            elif config.sweep is not None:
+            elif capacity.sweep is not None:
                 report = await run_sweep(config, url, embedded, irq, on_step=mark, out=out)
             else:
                 report = await run_step(config, url, embedded, irq, out=out)
@@ -162,9 +164,9 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
             scraper.store if scraper is not None else None, scraped=scraper is not None
         )
         report["environment"] = env
-        if config.no_slot_release and config.find_capacity:
+        if capacity.no_slot_release and capacity.find_capacity:
             extra["slot_release"] = {"skipped": "--no-slot-release"}
-        elif (config.measure_slot_release or config.find_capacity) and not irq.interrupted:
+        elif (capacity.measure_slot_release or capacity.find_capacity) and not irq.interrupted:
             extra["slot_release"] = await measure_slot_release(config, url, irq.stop)
         report.update(extra)
     report["first_turn"] = {"seconds": round(first_turn[0], 3), "estimate": first_turn[1]}
@@ -176,7 +178,7 @@ async def pinned(config: LoadConfig, url: str, tls: Any) -> dict[str, Any]:
     host now, the server's ``/v1/models`` answer; the end adds the host then and the
     server's ``*_info`` metrics."""
     models = await asyncio.to_thread(
-        environment.models, url, api_key=config.api_key, ssl_context=tls
+        environment.models, url, api_key=config.target.api_key, ssl_context=tls
     )
     return {
         "client": environment.client(command_line(sys.argv)),
@@ -215,9 +217,10 @@ def finish(
     the files, print; exit code 130 / 3 / 1 / 0."""
     from duplexctl.report.slo import all_passed, evaluate, parse_slos
 
-    slos = parse_slos(config.slos)
+    output = config.output
+    slos = parse_slos(list(config.capacity.slos))
     code = 0
-    if slos and not config.find_capacity and config.sweep is None:
+    if slos and not config.capacity.stepped:
         results = evaluate(slos, tally_of(report).headline(), report["scalars"])
         report["slo"] = [r.to_dict() for r in results]
         if not all_passed(results):
@@ -229,13 +232,13 @@ def finish(
         from duplexctl.report.html import load_page
 
         load_page.write(report, out)
-    if config.json_output:
+    if output.json_output:
         import json
 
         print(json.dumps(report, default=str))
     else:
         render_final(
-            report, rich_table=Dashboard.choose(json_output=False, live=config.live) == "rich"
+            report, rich_table=Dashboard.choose(json_output=False, live=output.live) == "rich"
         )
     cap = report.get("capacity_search")
     if cap is not None and cap["largest_pass"] is None and not interrupted:
@@ -275,9 +278,9 @@ def finish(
         code = ServerUnreachable.exit_code
     if interrupted:
         code = 130
-    if config.junit is not None:
+    if output.junit is not None:
         from duplexctl.export import junit
         from duplexctl.export.junit_cases import load_suite
 
-        junit.write(config.junit, [load_suite(report, unreached=unreached)])
+        junit.write(output.junit, [load_suite(report, unreached=unreached)])
     return RunResult(report, code)

@@ -73,10 +73,11 @@ async def find_capacity(
 ) -> dict[str, Any]:
     """The search; ``on_step(level, start, end)`` (monotonic seconds) after each step (the
     server metrics scraped during it are summarised per step)."""
-    open_loop = config.rate is not None
+    judged = config.capacity
+    open_loop = config.shape.rate is not None
     unit = "sessions/s" if open_loop else "sessions"
-    search = CapacitySearch(start=config.capacity_start, max_level=config.max_level)
-    slos = parse_slos(config.slos)
+    search = CapacitySearch(start=judged.capacity_start, max_level=judged.max_level)
+    slos = parse_slos(list(judged.slos))
     steps: list[dict[str, Any]] = []
     reports: dict[int, dict[str, Any]] = {}
     tried: list[dict[str, Any]] = []  # every run of every step: the search's totals
@@ -148,8 +149,8 @@ async def find_capacity(
             "errors": first_fail["errors"],
         },
         "steps": steps,
-        "step_duration_s": config.step_duration_s,
-        "criteria": steps_rules.criteria(config.slos),
+        "step_duration_s": judged.step_duration_s,
+        "criteria": steps_rules.criteria(list(judged.slos)),
         # the level whose step's figures the report's own sections hold (the answer's)
         "figures_from": figures_from,
         "totals": search_totals(tried, wall),
@@ -191,31 +192,33 @@ async def judged_step(
     *,
     open_loop: bool = False,
     out: Path | None = None,
-    **overrides: Any,
+    join_samples: int | None = None,
 ) -> JudgedStep:
     """Run one step at ``level`` until it can be judged (the module docstring's rule):
     again for twice as long, at most :data:`MAX_STEP_EXTENSIONS` times, unless it already
     failed on admission. Every try's report is added to ``tried_so_far`` (the totals);
     ``on_step(level, start, end)`` follows the step (the server metrics per step).
-    ``overrides``: more fields of the step's config (a sweep's joining sessions)."""
+    ``join_samples``: sessions that join the level's N in steady state (a sweep's)."""
     what = f"{name} {level} {unit}"
     title = f"{name}: {level} {unit}"  # the live view's title
-    duration = config.step_duration_s
+    duration = config.capacity.step_duration_s
     runs: list[dict[str, Any]] = []
     tried: list[dict[str, Any]] = []
     while True:
         step_cfg = dataclasses.replace(
             config,
-            find_capacity=False,
-            sweep=None,
-            sessions=None if open_loop else level,
-            rate=float(level) if open_loop else None,
-            duration_s=duration,
-            count=None,
-            slos=list(config.slos),
-            **overrides,
+            capacity=dataclasses.replace(
+                config.capacity, find_capacity=False, sweep=None, join_samples=join_samples
+            ),
+            shape=dataclasses.replace(
+                config.shape,
+                sessions=None if open_loop else level,
+                rate=float(level) if open_loop else None,
+                duration_s=duration,
+                count=None,
+                step=(level, len(runs) + 1),
+            ),
         )
-        step_cfg.step = (level, len(runs) + 1)
         started = time.monotonic()
         live_export.step(level)  # --prometheus-rw: this step's series carry level=...
         report = await run_step(step_cfg, url, embedded, irq, out=out, title=title)
@@ -249,24 +252,25 @@ async def run_sweep(
     rebuilds the table exactly."""
     from duplexctl.report import sweep as sweep_report
 
-    assert config.sweep is not None
-    slos = parse_slos(config.slos)
+    judged = config.capacity
+    assert judged.sweep is not None
+    slos = parse_slos(list(judged.slos))
     rows: list[dict[str, Any]] = []
     data: list[dict[str, Any]] = []
     tried: list[dict[str, Any]] = []
     report: dict[str, Any] = {}
     began = time.monotonic()
-    for level in config.sweep:
+    for level in judged.sweep:
         if irq.stop.is_set():
             break
         step = await judged_step(
             config, level, url, embedded, irq, slos, "sweep level", "sessions", tried, on_step,
-            out=out, join_samples=config.joins,
+            out=out, join_samples=judged.joins,
         )  # fmt: skip
         report = step.report  # interrupted: the partial level's figures, but no row
         if irq.interrupted:
             break
-        rows.append(sweep_report.level_row(level, report, config.slos, step.runs))
+        rows.append(sweep_report.level_row(level, report, list(judged.slos), step.runs))
         data.append(
             {
                 "level": level,
@@ -282,11 +286,11 @@ async def run_sweep(
         "unit": "sessions",
         "levels": rows,
         "baseline": sweep_report.baseline(rows),
-        "step_duration_s": config.step_duration_s,
-        "join_samples": config.joins,
-        "stagger": config.stagger,
-        "thresholds_ms": list(config.continuity_thresholds_ms),
-        "criteria": steps_rules.criteria(config.slos),
+        "step_duration_s": judged.step_duration_s,
+        "join_samples": judged.joins,
+        "stagger": config.shape.stagger,
+        "thresholds_ms": list(judged.continuity_thresholds_ms),
+        "criteria": steps_rules.criteria(list(judged.slos)),
         # the level whose figures the report's own sections hold (the last one run)
         "figures_from": rows[-1]["level"] if rows else None,
         "totals": search_totals(tried, time.monotonic() - began),
@@ -374,7 +378,7 @@ async def measure_slot_release(config: LoadConfig, url: str, stop: asyncio.Event
     async def try_open() -> DuplexConnection | None:
         try:
             return await DuplexConnection.open(
-                url, plan.settings, api_key=config.api_key, timeout=10.0, options=options
+                url, plan.settings, api_key=config.target.api_key, timeout=10.0, options=options
             )
         except AdmissionRejected:
             return None

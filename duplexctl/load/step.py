@@ -41,8 +41,12 @@ async def run_step(
     quiet: bool = False,
 ) -> dict[str, Any]:
     """One load run (or one capacity step) → its report."""
-    mode = "off" if quiet else Dashboard.choose(json_output=config.json_output, live=config.live)
-    dash = Dashboard(mode, title=title, offered=offered_now(config))
+    mode = (
+        "off"
+        if quiet
+        else Dashboard.choose(json_output=config.output.json_output, live=config.output.live)
+    )
+    dash = Dashboard(mode, title=title, offered=offered_now(config.shape))
     t0 = time.monotonic()
     # the step ends by its own timer (which sets step_stop) or by Ctrl-C (irq.stop)
     step_stop = asyncio.Event()
@@ -50,11 +54,11 @@ async def run_step(
     dash.start()
     tally: RunTally
     try:
-        if config.ray is not None:  # imports ray: only with --ray
+        if config.execution.ray is not None:  # imports ray: only with --ray
             from duplexctl.load.cluster.driver import in_cluster
 
             tally, infos = await in_cluster(config, url, irq, out, dash)
-        elif config.workers <= 1:
+        elif config.execution.workers <= 1:
             tally, infos = await _in_process(config, url, step_stop, out, dash)
         else:
             tally, infos = await in_workers(config, url, irq, out, dash)
@@ -64,8 +68,6 @@ async def run_step(
     await live_export.flush()  # --prometheus-rw: this run's (or step's) last push, bounded
     wall = time.monotonic() - t0
     end_reasons = sorted({i.get("end_reason", "") for i in infos})
-    # LoadConfig.__post_init__ resolved it: load's default is 100, a given one is checked
-    assert config.chunk_ms is not None
     return build_report(
         tally,
         config=config.echo(),
@@ -92,13 +94,14 @@ async def _in_process(
     rec = make_recorder(config, origin=origin, out_dir=out)
     task = asyncio.create_task(drive(config, url=url, origin=origin, stop=stop, recorder=rec))
 
-    cadence = None if config.push is None else Cadence(config.push.interval_s)
+    push = config.output.push
+    cadence = None if push is None else Cadence(push.interval_s)
 
     async def watch() -> None:
         while True:
             if cadence is not None and cadence.due():  # --prometheus-rw: due at once
                 live_export.observe(0, rec.export_state())
-            await asyncio.sleep(config.status_interval_s)
+            await asyncio.sleep(config.output.status_interval_s)
             dash.update(rec.live())
 
     watcher = asyncio.create_task(watch())

@@ -46,7 +46,7 @@ WORKER_END_GRACE_S: Final = 120.0
 async def in_workers(
     config: LoadConfig, url: str, irq: Interrupts, out: Path | None, dash: Dashboard
 ) -> tuple[Recorder, list[dict[str, Any]]]:
-    """Run ``config`` in ``config.workers`` processes; their recorders merged exactly."""
+    """Run ``config`` in ``config.execution.workers`` processes; their recorders merged exactly."""
     ctx = mp.get_context("spawn")
     messages: Any = ctx.Queue()
     lifeline, keep = Lifeline.to_parent(ctx)
@@ -68,7 +68,7 @@ async def _run_workers(
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     go = ctx.Event()
     origin_value: Any = ctx.Value("d", 0.0)
-    n = config.workers
+    n = config.execution.workers
     procs = []
     for i in range(n):
         share = config.share(i, n)
@@ -113,8 +113,9 @@ async def _run_workers(
         raise BadInput("load workers failed to start: " + ("; ".join(errors) or "timeout"))
     snapshots: dict[int, dict[str, Any]] = {}
     done: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-    end = config.warmup_s + (config.duration_s or 0) + WORKER_END_GRACE_S
-    hard_deadline = time.monotonic() + max(end, 3600.0 if config.duration_s is None else end)
+    shape = config.shape
+    end = shape.warmup_s + (shape.duration_s or 0) + WORKER_END_GRACE_S
+    hard_deadline = time.monotonic() + max(end, 3600.0 if shape.duration_s is None else end)
     while len(done) < n and time.monotonic() < hard_deadline:
         msg = await get(0.25)
         if msg is None:
@@ -225,7 +226,7 @@ class Checkpoints:
 def loop_runner(config: LoadConfig) -> Any:
     """``uvloop.run`` (unless ``--no-uvloop`` or not installed), else ``asyncio.run``: how
     every worker, process or actor, runs :func:`run_share`."""
-    if config.uvloop:
+    if config.execution.uvloop:
         with contextlib.suppress(ImportError):
             import uvloop
 
@@ -275,7 +276,8 @@ async def run_share(
         drive(config, url=url, origin=origin, stop=stop, worker=index, plan=plan, recorder=rec)
     )
 
-    cadence = None if config.push is None else Cadence(config.push.interval_s)
+    push = config.output.push
+    cadence = None if push is None else Cadence(push.interval_s)
 
     def export() -> None:  # --prometheus-rw: the recorder's state, for the pushing process
         if cadence is not None and not lifeline.lost:
@@ -286,7 +288,7 @@ async def run_share(
         checkpoints = Checkpoints(rec)
         export()
         while True:
-            await asyncio.sleep(config.status_interval_s)
+            await asyncio.sleep(config.output.status_interval_s)
             if lifeline.lost:
                 continue
             messages.put(("live", index, rec.live()))

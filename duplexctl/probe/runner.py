@@ -218,7 +218,8 @@ async def probe_target(
         )
         if value is not None
     }
-    async with server_target(config.url or None, embedded_settings) as target:
+    spelled = {"max_sessions": "--max-sessions", "disconnect_grace_s": "--disconnect-grace-s"}
+    async with server_target(config.url or None, embedded_settings, spelled) as target:
         server = target.embedded
         if server is not None:
             facts.embedded = True

@@ -27,7 +27,7 @@ class CliOptions:
 
     model: str | None = None
     voice: str | None = None
-    ref_audio: Path | None = None
+    ref_audio: str | Path | None = None
     instructions: str | None = None
     turn_detection: str | None = None
     vad_silence_ms: int | None = None

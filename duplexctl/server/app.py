@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import ipaddress
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable
@@ -26,11 +29,12 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from duplexctl.errors import BadInput
 from duplexctl.protocol import codec
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.handler import handle
 from duplexctl.server.metrics import ServerMetrics
-from duplexctl.server.registry import Engine, Registry, default_engine
+from duplexctl.server.registry import Engine, Registry, SessionLog, default_engine
 
 WS_PATHS = frozenset({"/v1/realtime", "/v1/duplex"})
 
@@ -138,13 +142,20 @@ class RunningServer:
         await self.close()
 
 
-async def start_server(config: ServerConfig, *, engine: Engine | None = None) -> RunningServer:
+async def start_server(
+    config: ServerConfig,
+    *,
+    engine: Engine | None = None,
+    session_log: SessionLog | None = None,
+) -> RunningServer:
     """Start listening on ``config.host:config.port`` (port 0 picks a free one).
 
     ``engine`` replaces the session engine (tests use a small double); by default the real
-    ``duplexctl.server.session`` engine is bound.
+    ``duplexctl.server.session`` engine is bound. ``session_log`` is told of every session
+    opened, resumed, closed or rejected (``serve`` prints one line each).
     """
     registry = Registry(config, engine if engine is not None else default_engine(config))
+    registry.session_log = session_log
     metrics = ServerMetrics(config, registry, registry.engine.gpu)
     server = await serve(
         partial(handle, registry=registry),
@@ -166,8 +177,49 @@ async def start_server(config: ServerConfig, *, engine: Engine | None = None) ->
     )
 
 
-async def _serve_until_signal(config: ServerConfig) -> None:
-    server = await start_server(config)
+def bind_problem(config: ServerConfig, exc: OSError) -> BadInput:
+    """Why ``serve`` could not listen, as one line naming ``--host`` / ``--port`` and the way
+    out, instead of the socket layer's traceback."""
+    where = f"{config.host}:{config.port}"
+    if exc.errno == errno.EADDRINUSE:
+        return BadInput(
+            f"--port {config.port}: address already in use on {config.host} (another server "
+            "listens there; --port 0 picks a free port)"
+        )
+    if exc.errno == errno.EACCES:
+        return BadInput(
+            f"--port {config.port}: permission denied on {config.host} (ports below 1024 need "
+            "privileges; --port 0 picks a free port)"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return BadInput(
+            f"--host {config.host}: not an address of this machine (127.0.0.1: loopback only; "
+            "0.0.0.0: every interface)"
+        )
+    if isinstance(exc, socket.gaierror):
+        return BadInput(f"--host {config.host}: unknown host name")
+    return BadInput(f"cannot listen on {where}: {exc.strerror or exc}")
+
+
+def binding_note(host: str) -> str | None:
+    """The line ``serve`` prints when it listens beyond loopback (None on loopback)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return (
+        f"note: --host {host} is beyond loopback: anyone who can reach this machine can open "
+        "sessions (no authentication, no TLS)"
+    )
+
+
+async def _serve_until_signal(config: ServerConfig, session_log: SessionLog | None) -> None:
+    try:
+        server = await start_server(config, session_log=session_log)
+    except OSError as exc:
+        raise bind_problem(config, exc) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -178,15 +230,24 @@ async def _serve_until_signal(config: ServerConfig) -> None:
         f"(max_sessions={config.max_sessions}, dialect={config.dialect.value})",
         flush=True,
     )
+    note = binding_note(config.host)
+    if note is not None:
+        print(f"duplexctl serve: {note}", flush=True)
     try:
         await stop.wait()
     finally:
         await server.close()
 
 
-def run(config: ServerConfig) -> None:
-    """Serve until Ctrl-C / SIGTERM (blocking); every session is closed on the way out."""
-    main: Awaitable[None] = _serve_until_signal(config)
+def print_sessions(line: str) -> None:
+    """``serve``'s session log: one line on stdout per session event (--quiet: none)."""
+    print(f"duplexctl serve: {line}", flush=True)
+
+
+def run(config: ServerConfig, *, session_log: SessionLog | None = print_sessions) -> None:
+    """Serve until Ctrl-C / SIGTERM (blocking); every session is closed on the way out.
+    BadInput (one line, exit 2) when it cannot listen."""
+    main: Awaitable[None] = _serve_until_signal(config, session_log)
     try:
         import uvloop  # optional: ~20 % less CPU and ms-level round trips (docs/testing.md)
     except ImportError:

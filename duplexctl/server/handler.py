@@ -291,6 +291,7 @@ class ConnectionHandler:
         event = flat_error(code, message) if self.g1 else realtime_error(code, message)
         self.conn.send_event(event)
         self.conn.abort()
+        self.registry.log(f"session rejected: {code}: {message}")
 
     async def _open(
         self, session_obj: dict[str, Any], before_created: Callable[[], None] | None = None
@@ -363,6 +364,8 @@ class ConnectionHandler:
         except Exception as exc:
             await self._open_failed(managed, exc)
             return None
+        managed.opened = True
+        self.registry.log(f"session {managed.id} opened")
         return managed
 
     async def _open_failed(self, managed: ManagedSession, exc: Exception) -> None:

@@ -30,6 +30,8 @@ from duplexctl.server.journal import Journal, JournalConflictError, JournalEntry
 log = logging.getLogger(__name__)
 
 Emit = Callable[[dict[str, Any]], None]
+#: Told one line per session opened, resumed, closed or rejected (``serve``'s session log).
+SessionLog = Callable[[str], None]
 
 # Events after which the engine session is gone: the slot is free once one was emitted.
 TERMINAL_EVENTS = frozenset({"session.closed", "session.expired"})
@@ -121,6 +123,7 @@ class ManagedSession:
         self.attached_at = registry.clock()
         self.finished = False
         self.ending = False  # an expire/close driven by the transport is in flight
+        self.opened = False  # session.created reached the client and the engine started
         self._token_digest = b""
         self._recovery_digest: bytes | None = None
 
@@ -183,6 +186,8 @@ class ManagedSession:
         if attachment is not None and close_reason is not None:
             attachment.close(1000, close_reason)
         self.registry._remove(self)
+        if self.opened:
+            self.registry.log(f"session {self.id} closed: {close_reason or 'ended'}")
 
     # -- attachments ----------------------------------------------------------------------
 
@@ -246,6 +251,7 @@ class ManagedSession:
         conn.after_delivery(
             lambda: None, lambda: self._activation_failed(conn, generation, accepted)
         )
+        self.registry.log(f"session {self.id} resumed (attachment {generation})")
         if old is not None:
             old.send_event(
                 {
@@ -328,6 +334,18 @@ class Registry:
         self._reaper: asyncio.Task[None] | None = None
         #: opens refused because every admission slot was held (``/metrics``)
         self.rejected = 0
+        self.session_log: SessionLog | None = None
+
+    def log(self, what: str) -> None:
+        """One line of the session log, with the slots held after it (no log: nothing)."""
+        if self.session_log is not None:
+            held = f"{self._slots_held} of {self.config.max_sessions} slots held"
+            # a rejection can quote the client's own text: no control character reaches the
+            # terminal, and one line stays one line
+            shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in what)
+            if len(shown) > 200:
+                shown = shown[:199] + "..."
+            self.session_log(f"{shown} ({held})")
 
     # -- admission ------------------------------------------------------------------------
 

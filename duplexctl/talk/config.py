@@ -8,19 +8,20 @@ talk has no scenario, so: defaults < ``--session`` < flags).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from duplexctl.errors import BadInput
 from duplexctl.resolver import FLAGS, TALK_BLOCK_MS, Command, RunSettings, resolve
+from duplexctl.values import DURATION_FORMS, input_file, parse_duration
 
 TurnMode = Literal["auto", "server_vad", "none"]
 BargeMode = Literal["client", "server", "off"]
 BARGE_MODES: Final = ("client", "server", "off")
 AEC_MODES: Final = ("on", "off")
 NO_DEVICE: Final = frozenset({"none", "null", "off"})
+AUDIO_FILE: Final = "an audio file (WAV, FLAC, ...)"
 # The TalkConfig fields that are resolver settings (flags when built, values used after).
 SETTING_FIELDS: Final = FLAGS[Command.TALK]
 
@@ -39,16 +40,20 @@ class InputFileSpec:
 
     @classmethod
     def parse(cls, text: str) -> InputFileSpec:
+        """``FILE`` or ``FILE@SECONDS`` (seconds as any duration: ``5.7``, ``5.7s``,
+        ``500ms``); ValueError naming what is wrong (a directory is named as one)."""
         head, sep, tail = text.rpartition("@")
         if sep and head:
             try:
-                at = float(tail)
+                at = parse_duration(tail)
             except ValueError:
-                return cls(Path(text))  # an '@' that is part of the file name
-            if not math.isfinite(at) or at < 0:
-                raise BadInput(f"--input-file {text}: the start time must be >= 0 seconds")
-            return cls(Path(head), at)
-        return cls(Path(text))
+                if Path(text).exists():  # an '@' that is part of the file name
+                    return cls(input_file(text, takes=AUDIO_FILE))
+                raise ValueError(
+                    f"{text}: the start time {tail!r} is not a time: give {DURATION_FORMS}"
+                ) from None
+            return cls(input_file(head, takes=AUDIO_FILE), at)
+        return cls(input_file(text, takes=AUDIO_FILE))
 
 
 @dataclass(slots=True)
@@ -108,8 +113,10 @@ class TalkConfig:
         if self.ack_interval_ms <= 0:
             raise BadInput("ack interval must be positive")
         for spec in self.input_files:
-            if not spec.path.is_file():
-                raise BadInput(f"--input-file {spec.path}: no such file")
+            try:
+                input_file(spec.path, takes=AUDIO_FILE)
+            except ValueError as exc:
+                raise BadInput(f"--input-file {exc}") from None
 
     @property
     def simulated_output(self) -> bool:

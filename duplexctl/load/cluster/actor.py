@@ -120,7 +120,7 @@ class LoadWorker:
         assert config is not None and plan is not None
         nice = normal_priority()  # this thread's: Linux keeps a niceness per thread
         runner = loop_runner(config)
-        checkpoint_s = max(CHECKPOINT_MIN_S, config.slice_s)
+        checkpoint_s = max(CHECKPOINT_MIN_S, config.output.slice_s)
         try:
             encoded, info = runner(
                 run_share(

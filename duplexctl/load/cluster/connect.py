@@ -191,10 +191,13 @@ def place(nodes: list[dict[str, Any]], *, workers: int, per_node: int | None) ->
 
 
 def resolve_workers(config: LoadConfig) -> LoadConfig:
-    """Connect to ``config.ray`` and fix the worker count the placement gives
+    """Connect to ``config.execution.ray`` and fix the worker count the placement gives
     (``--workers-per-node K`` × live nodes), checked against the cluster's CPUs."""
     import dataclasses
 
-    ray = connect(config.ray or "auto")
-    placement = place(ray.nodes(), workers=config.workers, per_node=config.workers_per_node)
-    return dataclasses.replace(config, workers=placement.workers)
+    execution = config.execution
+    ray = connect(execution.ray or "auto")
+    placement = place(ray.nodes(), workers=execution.workers, per_node=execution.workers_per_node)
+    return dataclasses.replace(
+        config, execution=dataclasses.replace(execution, workers=placement.workers)
+    )

@@ -131,11 +131,10 @@ class ClusterRun:
         self.url = url
         self.out = out
         self.dash = dash
-        self.ray = connect(config.ray or "auto")
+        self.ray = connect(config.execution.ray or "auto")
         self.members: list[Member] = []
         self.seconds = ClusterSeconds(out)
         self.origin: float | None = None
-        assert config.chunk_ms is not None
         self.chunk_ms = config.chunk_ms
 
     # -- start -------------------------------------------------------------------------------
@@ -145,7 +144,9 @@ class ClusterRun:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         placement = place(
-            ray.nodes(), workers=self.config.workers, per_node=self.config.workers_per_node
+            ray.nodes(),
+            workers=self.config.execution.workers,
+            per_node=self.config.execution.workers_per_node,
         )
         actor = ray.remote(num_cpus=ACTOR_CPUS, max_concurrency=ACTOR_CONCURRENCY)(LoadWorker)
         n = placement.workers
@@ -284,7 +285,7 @@ class ClusterRun:
     async def watch(self, stop: asyncio.Event) -> None:
         """Poll until every actor has finished; forward a stop (Ctrl-C) once — without
         waiting for its answers, so the beats go on while the actors close their sessions."""
-        c = self.config
+        c = self.config.shape
         assert self.origin is not None
         run_end = c.warmup_s + (c.duration_s if c.duration_s is not None else 3600.0)
         deadline = self.origin + run_end + END_GRACE_S
@@ -365,7 +366,7 @@ class ClusterRun:
 async def in_cluster(
     config: LoadConfig, url: str, irq: Interrupts, out: Path | None, dash: Dashboard
 ) -> tuple[Recorder, list[dict[str, Any]]]:
-    """Run ``config`` on the Ray cluster ``config.ray``; the workers' recorders merged
+    """Run ``config`` on the Ray cluster ``config.execution.ray``; the workers' recorders merged
     exactly, each info naming its node (and, for a lost worker, the loss)."""
     run = ClusterRun(config, url, out, dash)
     t0 = time.monotonic()
