@@ -243,6 +243,7 @@ def test_an_hour_long_run_stays_under_5_mb() -> None:
     assert len(html.encode()) < 5_000_000
 
 
+@pytest.mark.timing  # a capacity search: its steps fail when the client cannot pace
 @pytest.mark.slow
 @needs_browser
 def test_capacity_search_page_shows_the_steps_and_the_knee(tmp_path: Path) -> None:

@@ -15,13 +15,17 @@ rules this plugin adds (docs/testing.md "Lanes and groups"):
 * **The quiet lane: time bounds run on a quiet machine.** A test marked ``timing`` asserts a
   time bound that holds on a quiet machine but may not beside busy workers. Those tests form
   one group, :data:`SERIAL`, which runs first, one test at a time, on the quiet worker
-  (:data:`QUIET_WORKER`), while every other worker lowers its own CPU priority to the
-  lowest (nice :data:`BACKGROUND_NICE`) before it runs a test. Linux's scheduler gives a
-  runnable nice-0 process ~98 % of a core against nice-19 ones and lets it preempt them on
-  wake-up, so the timed tests (and the servers and clients they start, which inherit the
-  quiet worker's priority) see an idle machine as long as they need less than the two
-  cores, while the rest of the suite runs on what they leave. Once the quiet worker has
-  run the timed tests it takes ordinary work like the others.
+  (:data:`QUIET_WORKER`). Every test runs at a CPU priority by what it needs
+  (:func:`niceness`): a timed test at normal priority (nice 0), a test that waits on a real
+  clock (``realtime``: a real-time replay whose barge-in must land while the answer plays)
+  at nice :data:`REALTIME_NICE`, everything else — computation that only has to finish —
+  at nice :data:`BACKGROUND_NICE`, the lowest. Linux's scheduler shares a contended core by
+  weight (nice 0 : 10 : 19 ≈ 1024 : 110 : 15) and lets a waking higher-priority thread
+  preempt a lower one, so the timed tests (and the servers and clients they start, which
+  inherit the priority of the thread that starts them) see an idle machine as long as they
+  need less than the two cores, real-time tests keep their margins against the CPU-bound
+  ones, and the rest of the suite runs on what is left. Once the quiet worker has run the
+  timed tests it takes ordinary work like the others.
 
 The work units (a group, or a single test) are handed out longest first, by the durations
 measured last (``tests/durations.json``, refreshed with ``--lanes-record``; a test it does
@@ -40,6 +44,7 @@ reads its units from that file: nothing depends on node-id internals.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -53,7 +58,9 @@ import pytest
 SERIAL = "serial"
 #: the xdist worker that runs the serial group at normal priority
 QUIET_WORKER = "gw0"
-#: the niceness every other worker takes (the lowest CPU priority Linux has)
+#: the niceness of a ``realtime`` test that asserts no time bound (it waits on a clock)
+REALTIME_NICE = 10
+#: the niceness of every other test (the lowest CPU priority Linux has)
 BACKGROUND_NICE = 19
 #: fixture -> the group of every test that uses it (directly or through another fixture)
 RESOURCE_GROUPS = {"cluster": "ray", "pulse_daemon": "pulse", "peer": "peer"}
@@ -155,11 +162,26 @@ class _Recorder:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--lanes-record"):
         config.pluginmanager.register(_Recorder(), "lanes-recorder")
-    worker = getattr(config, "workerinput", {}).get("workerid")
-    if worker is not None and worker != QUIET_WORKER:
-        # a background worker: everything it runs, and every process that starts, yields
-        # the CPU to the quiet worker's timed tests
-        os.nice(BACKGROUND_NICE - os.nice(0))
+
+
+def niceness(item: pytest.Item) -> int:
+    """The CPU priority ``item`` runs at under xdist (the module docstring's tiers)."""
+    if item.get_closest_marker("timing") is not None:
+        return 0
+    if item.get_closest_marker("realtime") is not None:
+        return REALTIME_NICE
+    return BACKGROUND_NICE
+
+
+@pytest.hookimpl(tryfirst=True)  # before the fixtures it needs are set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under xdist, the test's thread (and so every thread and process it starts) takes the
+    test's priority. Linux keeps a nice value per thread, and only a privileged process may
+    raise its priority again: without that right a worker stays at the lowest it reached."""
+    if getattr(item.config, "workerinput", None) is None:
+        return  # -n 0: the priority it was started with
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, niceness(item))
 
 
 def measured_durations() -> dict[str, float]:
