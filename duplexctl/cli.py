@@ -19,6 +19,7 @@ import typer
 
 from duplexctl import __version__
 from duplexctl.errors import STOP_SIGNALS, DuplexctlError
+from duplexctl.terminal import guarded
 
 app = typer.Typer(
     name="duplexctl",
@@ -192,7 +193,9 @@ def _as_ctrl_c(_signum: int, _frame: Any) -> None:
 
 
 def reports_errors(fn: F) -> F:
-    """Turn DuplexctlError into one stderr line and its exit code; Ctrl-C into 130.
+    """Turn DuplexctlError into one stderr line and its exit code; Ctrl-C into 130; show
+    everything the command prints through duplexctl.terminal (no control character a server
+    sent reaches the terminal).
 
     The other stop signals (``errors.STOP_SIGNALS``: SIGTERM) are made a Ctrl-C for the
     command's whole run: replay, talk and load handle both in their event loops; any other
@@ -207,13 +210,15 @@ def reports_errors(fn: F) -> F:
             if signum != signal.SIGINT
         }
         try:
-            return fn(*args, **kwargs)
-        except DuplexctlError as exc:
-            print(f"duplexctl: error: {exc}", file=sys.stderr)
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            print("duplexctl: interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
+            with guarded():
+                try:
+                    return fn(*args, **kwargs)
+                except DuplexctlError as exc:
+                    print(f"duplexctl: error: {exc}", file=sys.stderr)
+                    raise typer.Exit(exc.exit_code) from None
+                except KeyboardInterrupt:
+                    print("duplexctl: interrupted", file=sys.stderr)
+                    raise typer.Exit(130) from None
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -553,10 +558,10 @@ def _replay_suite(
     """``replay a.toml b.toml …`` / ``replay DIR``: the scenarios in turn, one table;
     ``--junit``: one test suite per scenario."""
     import asyncio
-    import json
 
     from duplexctl.rundir import announce, prepare_run_dir
     from duplexctl.scenario.suite import run_suite, table_lines
+    from duplexctl.terminal import json_text
 
     if out is not None:
         prepare_run_dir(out, flag="--out", overwrite=overwrite, command="replay")
@@ -590,7 +595,7 @@ def _replay_suite(
 
         junit_xml.write(junit, [replay_suite(report) for report in result.reports])
     if json_output:
-        print(json.dumps(result.document()))
+        print(json_text(result.document()))
     else:
         print("\n".join(table_lines(result)))
     if result.interrupted:
@@ -812,7 +817,8 @@ def probe(
 ) -> None:
     """Probe a server for lifecycle bugs; one verdict per probe, exit 1 if any fails."""
     import asyncio
-    import json
+
+    from duplexctl.terminal import json_text
 
     url = server_url(url, ca_file, insecure)
     junit = junit_path(junit)
@@ -891,7 +897,7 @@ def probe(
         probe_page.save(out_dir, report.to_dict())
         announce(out_dir)
     if json_out:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json_text(report.to_dict(), indent=2))
     else:
         if report.server_metrics:
             from duplexctl.prometheus.summary import render_lines

@@ -204,9 +204,9 @@ def finish(
 
         load_page.write(report, out)
     if config.json_output:
-        import json
+        from duplexctl.terminal import json_text
 
-        print(json.dumps(report, default=str))
+        print(json_text(report))
     else:
         render_final(
             report, rich_table=Dashboard.choose(json_output=False, live=config.live) == "rich"

@@ -38,6 +38,7 @@ from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
 from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import ORIGINS
+from duplexctl.terminal import csv_cell
 
 KIND: Final = "duplexctl.load"
 SESSION_ORIGINS: Final = {
@@ -394,13 +395,24 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+class _CsvCells:
+    """A ``csv.writer`` whose string cells a spreadsheet shows as text (terminal.csv_cell):
+    an error code from the server must not run as a formula in whoever opens the file."""
+
+    def __init__(self, fh: Any) -> None:
+        self._writer = csv.writer(fh)
+
+    def writerow(self, row: Iterable[Any]) -> None:
+        self._writer.writerow([csv_cell(value) for value in row])
+
+
 def write_outputs(out: Path, report: Mapping[str, Any]) -> list[Path]:
     """report.json (atomic) and the CSV summaries next to it."""
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "report.json", report)
     figures = out / "figures.csv"
     with figures.open("w", newline="") as fh:
-        w = csv.writer(fh)
+        w = _CsvCells(fh)
         w.writerow(["metric", "n", "p50", "p90", "p95", "p99", "max", "mean", "min", "p99_low_n"])
         for name, f in report["figures"].items():
             w.writerow(
@@ -412,7 +424,7 @@ def write_outputs(out: Path, report: Mapping[str, Any]) -> list[Path]:
             )
     slices = out / "slices.csv"
     with slices.open("w", newline="") as fh:
-        w = csv.writer(fh)
+        w = _CsvCells(fh)
         w.writerow(
             [
                 "index",
@@ -435,7 +447,7 @@ def write_outputs(out: Path, report: Mapping[str, Any]) -> list[Path]:
             w.writerow([sl["index"], sl["start_s"], sl["end_s"], sl["phase"], sl["turns"], sl["attempts"], sl["rejections"], sl["rejection_rate"], sl["errors"], ttfa.get("p50"), ttfa.get("p95"), ttfa.get("p99"), sl["audio_throughput"]])  # fmt: skip
     admission = out / "admission.csv"
     with admission.open("w", newline="") as fh:
-        w = csv.writer(fh)
+        w = _CsvCells(fh)
         w.writerow(["outcome", "code", "count"])
         for key, n in report["admission"]["by_code"].items():
             kind, _, code = key.partition(":")
@@ -735,9 +747,9 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
     for line in lead_lines(report):
         print(line, file=stream)
     if rich_table:
-        from rich.console import Console
+        from duplexctl.terminal import console as make_console
 
-        console = Console(file=stream)
+        console = make_console(stream)
         hs = tally_of(report).headline()
         console.print(
             histogram_table(

@@ -8,12 +8,12 @@ turn: barge-in and resume columns only when some turn has them.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
 from duplexctl.behaviour.figures import summary_line
+from duplexctl.terminal import json_text
 
 # (column title, figure or field, format) in display order
 _BASE_COLUMNS: list[tuple[str, str]] = [
@@ -225,10 +225,12 @@ def render_table(
     report: dict[str, Any], out: TextIO | None = None, *, width: int | None = None
 ) -> None:
     """The report as a rich table plus summary lines (on a terminal)."""
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console(file=out or sys.stdout, width=width)
+    from duplexctl.terminal import console as make_console
+
+    console = make_console(out, width=width)
     console.print(capabilities_line(report.get("session", {}).get("capabilities", {})))
     console.print(_session_line(report))
     turns = report.get("turns", [])
@@ -244,21 +246,21 @@ def render_table(
         table.add_row(
             str(t["index"]),
             str(t.get("source") or "-"),
-            f"[{style.get(outcome, 'white')}]{outcome}[/]",
+            Text(outcome, style=style.get(outcome, "white")),
             str(t.get("reason") or "-"),
             *[_fmt(fig(t, name)) for _, name in cols],
         )
     console.print(table)
     summary = _connection_lines(report) + _behaviour_lines(report) + _unanswered_lines(report)
     for line in summary + _violation_lines(report) + _expectation_lines(report):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, highlight=False)
     if report.get("status") == "interrupted":
-        console.print("interrupted: partial results", markup=False)
+        console.print("interrupted: partial results")
 
 
 def render_json(report: dict[str, Any], out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    out.write(json.dumps(report, indent=2, default=str) + "\n")
+    out.write(json_text(report, indent=2) + "\n")
     out.flush()
 
 

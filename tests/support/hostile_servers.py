@@ -18,7 +18,10 @@ Kinds (``hostile(kind, ...)``):
   docs/protocol.md §1.4, a reply per commit, heartbeats, close; ``script.after_handshake``
   frames (malformed events) are sent right after ``session.updated``; ``drop_mid_reply``
   aborts TCP after that many audio deltas; ``refuse_resume`` answers every resume with
-  ``invalid_resume_token`` and ends the connection
+  ``invalid_resume_token`` and ends the connection; ``plant`` puts a string (terminal escape
+  sequences: :data:`PLANTED`) in every field a client shows — the session id, the model, the
+  capabilities, an error's code and message, the answer's transcript — and ``refuse_open``
+  answers the opening ``session.update`` with that error instead
 * ``plain_http``       an HTTP server answering 200 with a web page (not a websocket)
 * ``http_404``         an HTTP server answering 404 to every path
 * ``silent_tcp``       accepts TCP, says nothing (upgrade — or TLS handshake — never answered)
@@ -57,6 +60,14 @@ DELTA_B64 = base64.b64encode(bytes(4800)).decode()
 
 Frame = str | bytes
 
+#: What a hostile server plants in the strings a client shows (issue 31.1): clear the screen,
+#: retitle the window (OSC 0), write the clipboard (OSC 52), ring the bell, a C1 CSI, DEL,
+#: and rich markup. Its first character makes a spreadsheet cell a formula.
+PLANTED = (
+    "=cmd|'/C calc'!A0 \x1b[2J\x1b]0;pwned\x07\x1b]52;c;cHduZWQ=\x07\x07\x9b31m\x7f"
+    "[bold red on white]markup[/] [link=https://example.invalid]link[/link]"
+)
+
 
 @dataclass
 class Script:
@@ -69,6 +80,8 @@ class Script:
     close_after_script: bool = False  # end the session (session.closed) after the frames
     frame_gap_s: float = 0.0
     created_delay_s: float = 0.0  # a slow model load: session.created this late
+    plant: str | None = None  # in every string a client shows (see the module docstring)
+    refuse_open: bool = False  # with plant: the opening session.update gets an error
 
 
 @dataclass
@@ -91,24 +104,36 @@ def event(etype: str, seq: int | None = None, **fields: Any) -> dict[str, Any]:
     return out
 
 
-def session_created() -> dict[str, Any]:
-    session = {
+def session_created(plant: str | None = None) -> dict[str, Any]:
+    session: dict[str, Any] = {
         "id": SESSION_ID,
         "object": "realtime.session",
         "state": "open",
         "capabilities": {"supports_session_resume": True, "supports_client_commit": True},
     }
+    if plant is not None:
+        session["id"] = SESSION_ID + plant
+        session["model"] = plant
+        session["capabilities"]["implementation_level"] = plant
     return event(
         "session.created", session=session, attachment_generation=1, resume_token="tok-" + "a" * 40
     )
 
 
-def reply_frames(seq: int, deltas: int, response_id: str = RESPONSE_ID) -> list[dict[str, Any]]:
+def planted_error(plant: str, seq: int | None = None) -> dict[str, Any]:
+    error = {"type": "invalid_request_error", "code": plant, "message": plant}
+    return event("error", seq, error=error)
+
+
+def reply_frames(
+    seq: int, deltas: int, response_id: str = RESPONSE_ID, transcript: str | None = None
+) -> list[dict[str, Any]]:
     """One complete reply (docs/protocol.md §4.2), sequenced from ``seq``."""
     frames = [
         event("response.created", response_id=response_id, response={"id": response_id}),
         event("response.speak", response_id=response_id, metadata={"epoch": 0}),
     ]
+
     for k in range(deltas):
         frames.append(
             event(
@@ -119,6 +144,15 @@ def reply_frames(seq: int, deltas: int, response_id: str = RESPONSE_ID) -> list[
                 format="pcm16",
                 sample_rate_hz=24000,
                 metadata={"epoch": 0, "audio_duration_ms": 100 * (k + 1)},
+            )
+        )
+    if transcript is not None:
+        frames.append(
+            event(
+                "response.output_audio_transcript.delta",
+                response_id=response_id,
+                item_id=f"item_{response_id}",
+                delta=transcript,
             )
         )
     frames.append(
@@ -149,10 +183,18 @@ class _Duplex:
                 self.server.received.append(frame)
                 etype = frame.get("type") if isinstance(frame, dict) else None
                 if etype == "session.update":
+                    plant = self.script.plant
                     await asyncio.sleep(self.script.created_delay_s)
-                    await ws.send(json.dumps(session_created()))
+                    if plant is not None and self.script.refuse_open:
+                        await ws.send(json.dumps(planted_error(plant)))
+                        ws.transport.abort()
+                        return
+                    await ws.send(json.dumps(session_created(plant)))
                     seq += 1
                     await ws.send(json.dumps(event("session.updated", seq, session={})))
+                    if plant is not None:
+                        seq += 1
+                        await ws.send(json.dumps(planted_error(plant, seq)))
                     for extra in self.script.after_handshake:
                         if self.script.frame_gap_s:
                             await asyncio.sleep(self.script.frame_gap_s)
@@ -195,7 +237,7 @@ class _Duplex:
                 ):
                     self.replies += 1
                     rid = f"resp-{SESSION_ID}-0-{self.replies:08x}"
-                    frames = reply_frames(seq + 1, self.script.deltas, rid)
+                    frames = reply_frames(seq + 1, self.script.deltas, rid, self.script.plant)
                     for i, reply in enumerate(frames):
                         if (
                             self.script.drop_mid_reply is not None
