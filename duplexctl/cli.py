@@ -515,6 +515,8 @@ def replay(
         from duplexctl.prometheus.summary import render_lines
 
         print("\n".join(render_lines(result.report["server_metrics"])))
+    if result.write_failure is not None:
+        raise result.write_failure  # one line: the path and the cause (exit 4)
     if result.interrupted:
         print("duplexctl: interrupted: partial results", file=sys.stderr)
     elif result.exit_code == 1:
@@ -598,6 +600,8 @@ def _replay_suite(
         print(json_text(result.document()))
     else:
         print("\n".join(table_lines(result)))
+    if result.write_failure is not None:
+        raise result.write_failure  # one line: the path and the cause (exit 4)
     if result.interrupted:
         print("duplexctl: interrupted: the scenarios not run are listed", file=sys.stderr)
     elif result.failed:
@@ -823,7 +827,7 @@ def probe(
     url = server_url(url, ca_file, insecure)
     junit = junit_path(junit)
 
-    from duplexctl.errors import BadInput, CheckFailed
+    from duplexctl.errors import BadInput, CheckFailed, WriteFailed
     from duplexctl.probe import ProbeConfig, all_probes, probe_target, select
     from duplexctl.probe.render import result_lines, summary_line
 
@@ -882,8 +886,11 @@ def probe(
 
     try:
         report = asyncio.run(probe_target(config, on_result=live, on_embedded=embedded))
-    except DuplexctlError as exc:  # unreachable (exit 3): the file says why
-        if junit is not None:
+        save_junit(report.to_dict())
+        if out_dir is not None:
+            probe_page.save(out_dir, report.to_dict())
+    except DuplexctlError as exc:  # unreachable (exit 3), a file not written (4): say why
+        if junit is not None and not isinstance(exc, WriteFailed):
             from duplexctl.export import junit as junit_xml
             from duplexctl.export.junit_cases import error_suite
 
@@ -892,10 +899,9 @@ def probe(
                 [error_suite("probe", f"duplexctl probe {config.url or ''}".strip(), str(exc))],
             )
         raise
-    save_junit(report.to_dict())
-    if out_dir is not None:
-        probe_page.save(out_dir, report.to_dict())
-        announce(out_dir)
+    finally:
+        if out_dir is not None:
+            announce(out_dir)
     if json_out:
         print(json_text(report.to_dict(), indent=2))
     else:

@@ -2,13 +2,17 @@
 
 Commands raise these; :func:`duplexctl.cli.main` prints one line naming the problem (no
 traceback) and exits with the class's code: 1 a check failed, 2 bad usage or bad input,
-3 the server could not be reached or refused the session. 130: the run was stopped by one of
+3 the server could not be reached or refused the session, 4 a result file could not be
+written (the run stopped, its sessions closed). 130: the run was stopped by one of
 :data:`STOP_SIGNALS` and ended cleanly (sessions closed, partial results written).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
+from pathlib import Path
 from typing import Final
 
 #: Signals that stop a run the way Ctrl-C does: Ctrl-C itself, and SIGTERM, which a service
@@ -43,6 +47,29 @@ class ServerUnreachable(DuplexctlError):
     """The server could not be reached, or the handshake failed (rejection included)."""
 
     exit_code = 3
+
+
+class WriteFailed(DuplexctlError):
+    """A file of the run's results could not be written (the disk is full, an I/O error, the
+    directory was removed, no permission): the run stops, closes its sessions, and keeps
+    what it wrote before (whole JSONL lines, the last complete JSON document)."""
+
+    exit_code = 4
+
+    def __init__(self, path: str | Path, exc: OSError) -> None:
+        self.path = Path(path)
+        self.errno = exc.errno
+        name = errno.errorcode.get(exc.errno or 0)
+        cause = (
+            exc.strerror
+            or (os.strerror(exc.errno) if exc.errno else str(exc))
+            or type(exc).__name__
+        )
+        self.cause = cause
+        super().__init__(
+            f"cannot write {self.path}: {cause}" + (f" ({name})" if name else "") + "; the run "
+            "stopped and closed its sessions; what it wrote before is complete"
+        )
 
 
 class SessionStateError(RuntimeError):

@@ -40,6 +40,7 @@ from duplexctl.load.recorder import Recorder
 from duplexctl.load.script import AppendCache, Script, build_script
 from duplexctl.load.session import LoadSession, SessionRecord
 from duplexctl.protocol.settings import SessionSettings
+from duplexctl.rundir import Writes
 from duplexctl.scenario.config import ReplayConfig, check_pauses
 
 CLOSED_SPREAD_S: Final = 2.0
@@ -270,7 +271,12 @@ class Driver:
 
 
 def make_recorder(
-    config: LoadConfig, *, origin: float, worker: int = 0, out_dir: Path | None = None
+    config: LoadConfig,
+    *,
+    origin: float,
+    worker: int = 0,
+    out_dir: Path | None = None,
+    writes: Writes | None = None,
 ) -> Recorder:
     """The recorder of one process, with the run's slices and phase windows."""
     from duplexctl.report.slices import Windows
@@ -282,6 +288,7 @@ def make_recorder(
         windows=Windows(config.warmup_s, ramp_end),
         worker=worker,
         out_dir=out_dir,
+        writes=writes,
     )
 
 

@@ -97,7 +97,7 @@ async def find_capacity(
             report = await run_step(
                 step_cfg, url, embedded, irq, out=None, title=f"capacity step: {level} {unit}"
             )
-            if irq.interrupted:
+            if irq.stop.is_set():  # Ctrl-C, or a file that could not be written
                 break
             headline = tally_of(report).headline()
             results = evaluate(slos, headline, report["scalars"])
@@ -113,7 +113,7 @@ async def find_capacity(
             duration *= 2
         if on_step is not None:
             on_step(level, started, time.monotonic())
-        if irq.interrupted:
+        if irq.stop.is_set():
             break
         rejected = report["admission"]["by_kind"].get("rejected_capacity", 0)
         reasons = []

@@ -30,6 +30,7 @@ from typing import Any, Final
 from duplexctl.prometheus.endpoints import Endpoint
 from duplexctl.prometheus.exposition import ACCEPT, NotMetrics, parse
 from duplexctl.prometheus.store import CLOCK, FILE_NAME, JsonlWriter, Store
+from duplexctl.rundir import Writes
 
 MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 MIN_TIMEOUT_S: Final = 1.0
@@ -53,6 +54,7 @@ class Scraper:
         out: Path | None = None,
         ssl_context: ssl.SSLContext | None = None,
         warn: Callable[[str], None] = _warn,
+        writes: Writes | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.interval_s = interval_s
@@ -66,7 +68,7 @@ class Scraper:
         self._gave_up: set[str] = set()
         self._held: list[str] = []
         self._first: list[threading.Event] = []
-        self._writer = JsonlWriter(out / FILE_NAME) if out is not None else None
+        self._writer = JsonlWriter(out / FILE_NAME, writes) if out is not None else None
         self.timeout_s = min(max(interval_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
 
     def now(self) -> float:

@@ -190,6 +190,16 @@ def _expectation_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _stopped_lines(report: dict[str, Any]) -> list[str]:
+    """A run that did not end by itself says so (its figures are partial)."""
+    status = report.get("status")
+    if status == "interrupted":
+        return ["interrupted: partial results"]
+    if status == "write_failed":
+        return ["stopped: a file of --out could not be written: partial results"]
+    return []
+
+
 def plain_lines(report: dict[str, Any]) -> list[str]:
     """The report as plain ``key=value`` lines (not a terminal, or ``report`` re-render)."""
     lines = [capabilities_line(report.get("session", {}).get("capabilities", {}))]
@@ -210,8 +220,7 @@ def plain_lines(report: dict[str, Any]) -> list[str]:
     lines += _unanswered_lines(report)
     lines += _violation_lines(report)
     lines += _expectation_lines(report)
-    if report.get("status") == "interrupted":
-        lines.append("interrupted: partial results")
+    lines += _stopped_lines(report)
     return lines
 
 
@@ -254,8 +263,8 @@ def render_table(
     summary = _connection_lines(report) + _behaviour_lines(report) + _unanswered_lines(report)
     for line in summary + _violation_lines(report) + _expectation_lines(report):
         console.print(line, highlight=False)
-    if report.get("status") == "interrupted":
-        console.print("interrupted: partial results")
+    for line in _stopped_lines(report):
+        console.print(line)
 
 
 def render_json(report: dict[str, Any], out: TextIO | None = None) -> None:

@@ -1,6 +1,7 @@
 """A replay run's report (the document report.json holds), its expectations, its exit code.
 
-Exit code (docs/architecture.md): 130 when interrupted; 1 when an expectation failed, the
+Exit code (docs/architecture.md): 4 when a file of ``--out`` could not be written (the run
+stopped there, issue 31.2); 130 when interrupted; 1 when an expectation failed, the
 protocol checker saw a violation, a problem stopped the run, or a turn went unanswered (no
 silent turns, issue 16.1); else 0.
 
@@ -25,6 +26,7 @@ from duplexctl.behaviour import fdb
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.behaviour.figures import Figures, ScriptedEvents, conversation_figures
 from duplexctl.behaviour.timeline import ASSISTANT, USER
+from duplexctl.errors import WriteFailed
 from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
@@ -42,9 +44,12 @@ class ReplayResult:
     interrupted: bool
     problems: list[str]
     unanswered_turns: int = 0
+    write_failure: WriteFailed | None = None  # --out could not be written: the run stopped
 
     @property
     def exit_code(self) -> int:
+        if self.write_failure is not None:
+            return self.write_failure.exit_code
         if self.interrupted:
             return 130
         if self.failed_expectations or self.violations or self.problems or self.unanswered_turns:
@@ -302,6 +307,7 @@ class ReplayReport:
             interrupted=self.run.interrupted,
             problems=list(self.run.problems),
             unanswered_turns=report["unanswered_turns"],
+            write_failure=self.run.writes.failure,
         )
         report["exit_code"] = result.exit_code
         return result

@@ -23,6 +23,7 @@ from duplexctl.client.connection import ConnectionLostError, DuplexConnection
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.report.artifacts import RunArtifacts
 from duplexctl.report.turns import ResumeTimes, TurnRecord, TurnTimes
+from duplexctl.rundir import Writes
 from duplexctl.scenario.clips import AppendCache
 from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import Interrupt, Scenario
@@ -160,6 +161,8 @@ class RunState:
         self.origin_ns = now_ns()
         self.conn: DuplexConnection | None = None
         self.artifacts: RunArtifacts | None = None
+        # --out's writes: the first that fails stops the run (exit 4, duplexctl/rundir.py)
+        self.writes = Writes()
         # the aligned timeline of the behaviour figures (replay's and each load session's)
         # and what the script placed on it: pauses inside turns, on the user timeline u
         self.timeline: ConversationTimeline | None = ConversationTimeline()
