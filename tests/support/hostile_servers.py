@@ -21,7 +21,12 @@ Kinds (``hostile(kind, ...)``):
   ``invalid_resume_token`` and ends the connection; ``plant`` puts a string (terminal escape
   sequences: :data:`PLANTED`) in every field a client shows — the session id, the model, the
   capabilities, an error's code and message, the answer's transcript — and ``refuse_open``
-  answers the opening ``session.update`` with that error instead
+  answers the opening ``session.update`` with that error instead; and the ways of a server
+  that keeps ending connections (issue 31.3): ``drop_every`` aborts TCP after that many
+  frames sent on each connection (resumes accepted), ``on_close`` answers ``session.close``
+  with ``"drop"`` (TCP abort), ``"ignore"`` (nothing) or ``"closed"`` (the default),
+  ``hang_resume`` never answers a resume, ``stop_reading`` stops reading the socket after the
+  handshake (the client's writes back up)
 * ``plain_http``       an HTTP server answering 200 with a web page (not a websocket)
 * ``http_404``         an HTTP server answering 404 to every path
 * ``silent_tcp``       accepts TCP, says nothing (upgrade — or TLS handshake — never answered)
@@ -82,6 +87,10 @@ class Script:
     created_delay_s: float = 0.0  # a slow model load: session.created this late
     plant: str | None = None  # in every string a client shows (see the module docstring)
     refuse_open: bool = False  # with plant: the opening session.update gets an error
+    drop_every: int | None = None  # abort TCP after this many frames sent on a connection
+    on_close: str = "closed"  # session.close: "closed" | "drop" | "ignore"
+    hang_resume: bool = False  # session.resume never answered
+    stop_reading: bool = False  # after the handshake, the socket is never read again
 
 
 @dataclass
@@ -177,6 +186,17 @@ class _Duplex:
 
     async def __call__(self, ws: ServerConnection) -> None:
         seq = 0
+        sent = 0
+        script = self.script
+
+        async def send(data: Frame) -> None:  # drop_every: the connection ends after N frames
+            nonlocal sent
+            await ws.send(data)
+            sent += 1
+            if script.drop_every is not None and sent >= script.drop_every:
+                ws.transport.abort()
+                raise ConnectionClosed(None, None)
+
         try:
             async for raw in ws:
                 frame = _decode(raw)
@@ -186,33 +206,37 @@ class _Duplex:
                     plant = self.script.plant
                     await asyncio.sleep(self.script.created_delay_s)
                     if plant is not None and self.script.refuse_open:
-                        await ws.send(json.dumps(planted_error(plant)))
+                        await send(json.dumps(planted_error(plant)))
                         ws.transport.abort()
                         return
-                    await ws.send(json.dumps(session_created(plant)))
+                    await send(json.dumps(session_created(plant)))
                     seq += 1
-                    await ws.send(json.dumps(event("session.updated", seq, session={})))
+                    await send(json.dumps(event("session.updated", seq, session={})))
+                    if script.stop_reading:  # the client's writes back up from here on
+                        await asyncio.Event().wait()
                     if plant is not None:
                         seq += 1
-                        await ws.send(json.dumps(planted_error(plant, seq)))
+                        await send(json.dumps(planted_error(plant, seq)))
                     for extra in self.script.after_handshake:
                         if self.script.frame_gap_s:
                             await asyncio.sleep(self.script.frame_gap_s)
-                        await ws.send(extra)
+                        await send(extra)
                         seq = max(seq, _seq_of(extra))  # later replies number after it
                     if self.script.close_after_script:
                         seq += 1
-                        await ws.send(json.dumps(event("session.closed", seq, reason="bye")))
+                        await send(json.dumps(event("session.closed", seq, reason="bye")))
                         await ws.close()
                         return
                 elif etype == "session.resume":
+                    if script.hang_resume:
+                        continue
                     if self.script.refuse_resume:
                         err = {
                             "type": "invalid_request_error",
                             "code": "invalid_resume_token",
                             "message": "resume token does not match",
                         }
-                        await ws.send(json.dumps(event("error", error=err)))
+                        await send(json.dumps(event("error", error=err)))
                         ws.transport.abort()
                         return
                     seq = int(frame.get("last_received_server_event_seq") or 0)
@@ -223,13 +247,18 @@ class _Duplex:
                         attachment_generation=2,
                         resume_token="tok-" + "b" * 40,
                     )
-                    await ws.send(json.dumps(resumed))
+                    await send(json.dumps(resumed))
                 elif etype == "session.heartbeat":
                     seq += 1
-                    await ws.send(json.dumps(event("session.heartbeat_ack", seq)))
+                    await send(json.dumps(event("session.heartbeat_ack", seq)))
                 elif etype == "session.close":
+                    if script.on_close == "drop":
+                        ws.transport.abort()
+                        return
+                    if script.on_close == "ignore":
+                        continue
                     seq += 1
-                    await ws.send(json.dumps(event("session.closed", seq, reason="client_close")))
+                    await send(json.dumps(event("session.closed", seq, reason="client_close")))
                     await ws.close()
                     return
                 elif etype == "response.create" or (
@@ -245,7 +274,7 @@ class _Duplex:
                         ):
                             ws.transport.abort()
                             return
-                        await ws.send(json.dumps(reply))
+                        await send(json.dumps(reply))
                         seq = reply["server_event_seq"]
         except ConnectionClosed:
             return
