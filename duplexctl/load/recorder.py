@@ -158,6 +158,8 @@ class Recorder(RunTally, Sink):
             self.counts["sessions_with_drops"] += int(record.drops > 0)
             self.counts["resumes"] += record.resumes
             self.counts["resume_failures"] += record.resume_failures
+            self.counts["commits_resent"] += record.commits_resent
+            self.counts["turns_lost_at_drop"] += record.turns_lost_at_drop
             self.resume_outcomes.update(record.resume_outcomes)
         self.errors.update(record.errors)
         if self.seconds is not None:

@@ -303,6 +303,8 @@ def build_report(
             "outcomes": dict(tally.resume_outcomes),
             "seq_gaps": counts["seq_gaps"],
             "duplicates_dropped": counts["duplicates_dropped"],
+            "commits_resent": counts["commits_resent"],
+            "turns_lost_at_drop": counts["turns_lost_at_drop"],
         },
         "behaviour": {
             **{
@@ -668,6 +670,11 @@ def drops_line(report: Mapping[str, Any]) -> str:
     f = report["figures"].get("resume_ms")
     if f and f["n"]:
         line += f"; resume_ms {_pct_line(f)}"
+    if r.get("commits_resent") or r.get("turns_lost_at_drop"):
+        line += (
+            f"; commits the server never received: {r.get('commits_resent', 0)} sent again, "
+            f"{r.get('turns_lost_at_drop', 0)} turns lost at the drop"
+        )
     return line
 
 

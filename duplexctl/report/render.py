@@ -138,6 +138,11 @@ def _connection_lines(report: dict[str, Any]) -> list[str]:
     resume_ms = conn.get("resume_ms") or []
     if resume_ms:
         bits.append(f"resume_ms max {_fmt(max(resume_ms))}")
+    if conn.get("commits_resent"):
+        bits.append(f"{conn['commits_resent']} commit(s) the server never received sent again")
+    lost = conn.get("turns_lost_at_drop") or []
+    if lost:
+        bits.append(f"turn(s) {', '.join(map(str, lost))} lost at the drop")
     return [", ".join(bits)]
 
 
@@ -159,7 +164,7 @@ def _behaviour_lines(report: dict[str, Any]) -> list[str]:
 
 def _unanswered_lines(report: dict[str, Any]) -> list[str]:
     """Turns that got no answer in time: errors, never silence (issue 16.1)."""
-    lost = [e for e in report.get("errors", []) if e.get("code") == "no_response"]
+    lost = [e for e in report.get("errors", []) if e.get("code") in ("no_response", "lost_at_drop")]
     if not lost:
         return []
     return [f"errors: {len(lost)} turn(s) without an answer"] + [

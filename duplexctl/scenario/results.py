@@ -27,6 +27,7 @@ from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.behaviour.figures import Figures, ScriptedEvents, conversation_figures
 from duplexctl.behaviour.timeline import ASSISTANT, USER
 from duplexctl.errors import WriteFailed
+from duplexctl.protocol.commits import LOST_AT_DROP
 from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
@@ -43,7 +44,7 @@ class ReplayResult:
     violations: int
     interrupted: bool
     problems: list[str]
-    unanswered_turns: int = 0
+    unanswered_turns: int = 0  # no_response and lost at the drop: turns without an answer
     write_failure: WriteFailed | None = None  # --out could not be written: the run stopped
 
     @property
@@ -63,7 +64,12 @@ def connection_summary(run: RunState) -> dict[str, Any]:
     resume_ms = [
         round((t.t_resumed - t.t_drop) / 1e6, 3) for t in resumes if t.t_resumed is not None
     ]
+    commits = run.commits
+    lost = [e.get("turn") for e in run.errors if e.get("code") == LOST_AT_DROP]
     return {
+        # commits the server's resume showed it never received (protocol/commits.py)
+        "commits_resent": commits.resent_count if commits is not None else 0,
+        "turns_lost_at_drop": lost,
         "drops": len(resumes),
         "scripted_drops": sum(not t.automatic for t in resumes),
         "resumes": sum(t.outcome == "resumed" for t in resumes),
@@ -261,6 +267,7 @@ class ReplayReport:
                 if r.end_mode == BACKCHANNEL
             ],
             "unanswered_turns": sum(e.get("code") == NO_RESPONSE for e in run.errors),
+            "turns_lost_at_drop": sum(e.get("code") == LOST_AT_DROP for e in run.errors),
             "expectations": {"checked": checked, "failed": failed, "not_reached": not_reached},
             "violations": [v.to_dict() for v in checker.violations] if checker else [],
             "violation_counts": checker.counts() if checker else {},
@@ -306,7 +313,7 @@ class ReplayReport:
             violations=len(report["violations"]),
             interrupted=self.run.interrupted,
             problems=list(self.run.problems),
-            unanswered_turns=report["unanswered_turns"],
+            unanswered_turns=report["unanswered_turns"] + report["turns_lost_at_drop"],
             write_failure=self.run.writes.failure,
         )
         report["exit_code"] = result.exit_code

@@ -49,6 +49,7 @@ from duplexctl.audio.pacer import Pacer
 from duplexctl.client.connection import ConnectionOptions, DuplexConnection, OpenFailed
 from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
+from duplexctl.protocol.commits import CommitLedger
 from duplexctl.report.artifacts import RunArtifacts, write_report
 from duplexctl.report.turns import TurnRecord
 from duplexctl.scenario.assembly import TurnAssembly
@@ -56,7 +57,7 @@ from duplexctl.scenario.clips import SpokenClip, load_clips
 from duplexctl.scenario.config import ReplayConfig, check_pauses
 from duplexctl.scenario.listener import Listener
 from duplexctl.scenario.microphone import ScriptedMicrophone
-from duplexctl.scenario.model import Pace, Scenario
+from duplexctl.scenario.model import Pace, Scenario, TurnEnd
 from duplexctl.scenario.playback import ReplayPlayback
 from duplexctl.scenario.results import ReplayReport, ReplayResult
 from duplexctl.scenario.state import CLOSE_TIMEOUT_S, Headless, LiveTurn, PendingResume, RunState
@@ -238,6 +239,8 @@ class Replay:
             self._finish_artifacts(error="interrupted while opening")
             raise
         conn = run.conn
+        if self.config.end_mode is TurnEnd.COMMIT and self.config.run["turn_detection"] == "none":
+            run.commits = CommitLedger(conn.session)  # the client alone commits: pairable
         self.listener.flush_open_log()
         self.playback.start()
         if headless is not None and headless.on_open is not None:
@@ -273,6 +276,7 @@ class Replay:
                     await task
             self.mic.close()
             run.closing = True
+            run.cancel_background()
             with contextlib.suppress(BaseException):
                 await asyncio.shield(conn.close(timeout=close_timeout))
             t_close = conn.timings.t_close_sent_ns
