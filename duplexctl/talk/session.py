@@ -850,6 +850,8 @@ class TalkSession:
                 f"resumed session {h.session_id}{took} (generation {h.attachment_generation})"
             )
             self.view.set_state(connection=f"resumed (generation {h.attachment_generation})")
+            if self.duty is not None:  # a final ack the resume shows lost is owed again
+                self.duty.resumed(h.session)
             if self.artifacts is not None:
                 self.artifacts.note(h.recv_ns, "session.resumed", resume_ms=rec and rec.resume_ms)
         elif isinstance(h, SessionClosed):
