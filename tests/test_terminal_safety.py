@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.commands import ROOT
+from support.commands import ROOT, run_cli_async
 from support.hostile_servers import CLIP, PLANTED, Script, hostile
 
 from duplexctl.terminal import csv_cell, visible
@@ -60,16 +60,10 @@ def strings(doc: Any) -> list[str]:
     return []
 
 
-async def run(*args: str, timeout: float = 120) -> tuple[int, bytes]:
+async def run(*args: str) -> tuple[int, bytes]:
     """``duplexctl ARGS`` as its own process: (exit code, stdout + stderr as bytes)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "duplexctl", *args,
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out + err
+    code, out, err = await run_cli_async(*args, timeout=120)
+    return code, (out + err).encode()
 
 
 def run_on_a_terminal(*args: str, timeout: float = 120) -> tuple[int, bytes]:
