@@ -225,6 +225,7 @@ async def test_against_the_real_server_a_commit_the_drop_lost_is_answered(
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # eight real-time sessions answered within their 5 s: the serial lane
 @pytest.mark.timeout(300)
 async def test_serve_dropping_every_connection_loses_no_turn() -> None:
     """``serve --fault drop-after=N`` and many committed turns, several sessions at once: a

@@ -835,7 +835,8 @@ class DuplexConnection:
         that stops reading costs the socket, not the client's run: it is dropped, and the
         loss is handled like any other (a resume)."""
         try:
-            await asyncio.wait_for(ws.drain(), self.options.drain_timeout_s)
+            async with asyncio.timeout(self.options.drain_timeout_s):
+                await ws.drain()
         except TimeoutError:
             ws.abort()
             raise ConnectionLostError(
@@ -845,9 +846,13 @@ class DuplexConnection:
 
     @staticmethod
     async def _socket_gone(ws: WebSocket) -> None:
-        """Wait (bounded) until ``ws`` is gone and its loss was handled (resume started)."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.wait_closed(), 5.0)
+        """Wait (bounded) until ``ws`` is gone and its loss was handled (resume started).
+        ``asyncio.timeout``, not ``wait_for``: Python 3.11's ``wait_for`` swallows a
+        cancellation that arrives as the socket closes, and the caller's task (replay's
+        microphone, cancelled at the end of its run) then ran on for ever."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await ws.wait_closed()
 
     async def heartbeat(self) -> int:
         return await self.send(self.session.heartbeat())
@@ -1059,7 +1064,8 @@ class DuplexConnection:
         ws = self._ws
         if ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), CLOSE_TCP_TIMEOUT_S)
+                async with asyncio.timeout(CLOSE_TCP_TIMEOUT_S):
+                    await ws.close()
             ws.abort()
         self._ws = None
         self.session.checker.finish()

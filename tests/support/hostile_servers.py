@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import ssl
 import tempfile
@@ -576,10 +577,11 @@ def malformed_stream(rng: Any, *, frames: int = 12, mutation_rate: float = 0.4) 
     return out
 
 
-async def replay_against(stream: list[Frame]) -> Any:
+async def replay_against(stream: list[Frame], script: Script | None = None) -> Any:
     """One replay run through the runner's library entry point (a short clip, a client
     commit, fast pace, 1 s response timeout) against a ``duplex`` server that sends
-    ``stream`` right after its correct handshake (and then answers the commit)."""
+    ``stream`` right after its correct handshake (and then answers the commit); ``script``
+    adds its other ways (``stream`` replaces its ``after_handshake``)."""
     from duplexctl.scenario.config import CliOptions, resolve
     from duplexctl.scenario.parse import load_inputs
     from duplexctl.scenario.runner import Replay
@@ -589,5 +591,16 @@ async def replay_against(stream: list[Frame]) -> Any:
         CliOptions(turn_detection="none", commit=True, pace="fast", response_timeout_s=1.0),
         scenario.settings,
     )
-    async with hostile("duplex", script=Script(after_handshake=stream)) as server:
+    script = dataclasses.replace(script or Script(), after_handshake=stream)
+    async with hostile("duplex", script=script) as server:
         return await Replay(scenario, config, server.url).run()
+
+
+def ending_script(rng: Any) -> Script:
+    """A server that keeps ending connections (issue 31.3), its ways drawn from ``rng``."""
+    return Script(
+        drop_every=rng.choice([1, 2, 3, 4, 6, 8]),
+        on_close=rng.choice(["closed", "drop", "ignore"]),
+        hang_resume=rng.random() < 0.3,
+        refuse_resume=rng.random() < 0.1,
+    )
