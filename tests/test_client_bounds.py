@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.hostile_clients import fuzz_examples
-from support.hostile_servers import Script, hostile
+from support.hostile_servers import Script, event, hostile, replay_against, reply_frames
 
 from duplexctl.client import ConnectionOptions, DuplexConnection, OpenFailed
 from duplexctl.client.connection import ConnectionLost, ConnectionLostError
@@ -145,3 +145,21 @@ async def test_a_server_that_stops_reading_costs_the_socket_not_a_send_for_ever(
         t1 = time.monotonic()
         await conn.close()
         assert time.monotonic() - t1 <= options.close_bound_s + SLACK_S
+
+
+async def test_a_replay_ends_in_bounded_time_when_the_server_ends_the_session_and_drops() -> None:
+    """The server says ``session.closed`` and goes on sending until it drops the connection:
+    the run ends at once. Its microphone, cancelled at the end of the run while its send met
+    the closing socket, used to swallow the cancellation (Python 3.11's ``wait_for``) and run
+    on until its caller gave up (30 s here, 100 s in bench/fuzz_client.py)."""
+
+    async def one(drop_every: int, frames: int) -> float:
+        stream = [json.dumps(event("session.closed", 2, reason="bye"))]
+        stream += [json.dumps(f) for f in reply_frames(3, 2)][:frames]
+        t0 = time.monotonic()
+        async with asyncio.timeout(30):
+            await replay_against(stream, Script(drop_every=drop_every, on_close="drop"))
+        return time.monotonic() - t0
+
+    took = await asyncio.gather(*(one(d, n) for d in (3, 4, 5, 6, 8) for n in (0, 2, 4)))
+    assert max(took) < 10, took
