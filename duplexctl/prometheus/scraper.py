@@ -17,6 +17,7 @@ second line about its ``/metrics`` would only repeat it.
 
 from __future__ import annotations
 
+import http.client
 import ssl
 import sys
 import threading
@@ -185,7 +186,8 @@ class Scraper:
         except NotMetrics as exc:
             self._failed(endpoint, t, started, str(exc))
             return True
-        except (TimeoutError, OSError, ValueError) as exc:
+        except (TimeoutError, OSError, ValueError, http.client.HTTPException) as exc:
+            # HTTPException: an answer that is not HTTP at all (BadStatusLine …)
             reason = getattr(exc, "reason", exc)
             why = (
                 f"no answer within {self.timeout_s:g} s"
