@@ -524,6 +524,8 @@ def replay(
         bits = [f"{failed} expectation(s) failed"] if failed else []
         if result.violations:
             bits.append(f"{result.violations} protocol violation(s)")
+        if result.unanswered_turns:
+            bits.append(f"{result.unanswered_turns} turn(s) without an answer")
         bits += result.problems[:3]
         print(f"duplexctl: check failed: {'; '.join(bits)}", file=sys.stderr)
         missing = (result.report.get("needs_behaviour") or {}).get("missing")
