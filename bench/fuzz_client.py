@@ -5,12 +5,17 @@ Each stream is what a broken server sends after a correct handshake (tests/suppo
 response ids, garbage frames, events after ``session.closed``), served by a real loopback
 websocket server, and played into the replay runner through its library entry point
 (``Replay.run``: open, a short clip, a client commit, wait for the answer, close) — the code
-``replay`` and every ``load`` session run. Every run is bounded (``--run-timeout``). A sample
+``replay`` and every ``load`` session run. ``--ending-rate`` of the streams' servers also keep
+ending connections (tests/support/hostile_servers.py ``ending_script``: TCP dropped after a few
+frames of every connection, ``session.close`` dropped or ignored, resumes hung or refused):
+the slowest runs show the client's waits are bounded (docs/protocol.md §6.8). Every run is
+bounded (``--run-timeout``). A sample
 is also run through the command line (``python -m duplexctl replay``) to see what a user
 sees: exit codes and whether anything resembling a traceback reached stderr.
 
 Printed: streams, crashes (an exception escaping the runner), tracebacks (CLI), hangs (a run
-that hit its bound), violations recorded by kind, exit codes seen.
+that hit its bound), violations recorded by kind, exit codes seen, each run's wall time
+(median, p99 and the slowest, apart for the servers that keep ending connections).
 
     python bench/fuzz_client.py --streams 1000 --cli-sample 30 --seed 1
 """
@@ -30,7 +35,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the hostile servers the test suite uses
 
-from support.hostile_servers import CLIP, Script, hostile, malformed_stream, replay_against  # noqa: E402
+from support.hostile_servers import (  # noqa: E402
+    CLIP,
+    Script,
+    ending_script,
+    hostile,
+    malformed_stream,
+    replay_against,
+)
 
 CRASH_SIGNS = ("Traceback", "exception was never retrieved", "Fatal error")
 
@@ -46,13 +58,18 @@ class Tally:
         self.cli_tracebacks = 0
         self.cli_hangs = 0
         self.cli_exit_codes: Counter[int] = Counter()
+        self.wall_s: dict[bool, list[float]] = {False: [], True: []}  # by "keeps ending"
 
 
-async def library_run(stream: list[str | bytes], bound_s: float, tally: Tally) -> None:
+async def library_run(
+    stream: list[str | bytes], script: Script | None, bound_s: float, tally: Tally
+) -> None:
     tally.streams += 1
+    t0 = time.monotonic()
     try:
         async with asyncio.timeout(bound_s):
-            result = await replay_against(stream)
+            result = await replay_against(stream, script)
+        tally.wall_s[script is not None].append(time.monotonic() - t0)
     except TimeoutError:
         tally.hangs += 1
         return
@@ -91,6 +108,7 @@ async def main(args: argparse.Namespace) -> Tally:
         malformed_stream(rng, frames=args.frames, mutation_rate=rng.choice([0.2, 0.5, 1.0]))
         for _ in range(args.streams)
     ]
+    scripts = [ending_script(rng) if rng.random() < args.ending_rate else None for _ in streams]
     tally = Tally()
     slots = asyncio.Semaphore(args.concurrency)
 
@@ -98,7 +116,12 @@ async def main(args: argparse.Namespace) -> Tally:
         async with slots:
             await coro
 
-    await asyncio.gather(*(bounded(library_run(s, args.run_timeout, tally)) for s in streams))
+    await asyncio.gather(
+        *(
+            bounded(library_run(s, script, args.run_timeout, tally))
+            for s, script in zip(streams, scripts, strict=True)
+        )
+    )
     sample = rng.sample(streams, min(args.cli_sample, len(streams)))
     await asyncio.gather(*(bounded(cli_run(s, args.run_timeout * 2, tally)) for s in sample))
     return tally
@@ -117,8 +140,19 @@ def report(tally: Tally, args: argparse.Namespace, wall_s: float) -> dict[str, A
         "cli_hangs": tally.cli_hangs,
         "cli_exit_codes": {str(k): v for k, v in sorted(tally.cli_exit_codes.items())},
         "first_crashes": tally.crashes[:5],
+        "run_wall_s": _spread(tally.wall_s[False]),
+        "run_wall_s_servers_ending_connections": _spread(tally.wall_s[True]),
         "wall_s": round(wall_s, 1),
     }
+
+
+def _spread(values: list[float]) -> dict[str, float | int | None]:
+    """n, median, p99 and the slowest of runs' wall times (s)."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    pick = lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)  # noqa: E731
+    return {"n": len(ordered), "p50": pick(0.5), "p99": pick(0.99), "max": round(ordered[-1], 2)}
 
 
 if __name__ == "__main__":
@@ -129,6 +163,12 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--run-timeout", type=float, default=30.0, help="bound per run, s")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--ending-rate",
+        type=float,
+        default=0.3,
+        help="streams whose server keeps ending connections",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     ns = parser.parse_args()
     t0 = time.monotonic()

@@ -2,13 +2,17 @@
 
 Commands raise these; duplexctl.cli.app prints one line naming the problem (no
 traceback) and exits with the class's code: 1 a check failed, 2 bad usage or bad input,
-3 the server could not be reached or refused the session. 130: the run was stopped by one of
+3 the server could not be reached or refused the session, 4 a result file could not be
+written (the run stopped, its sessions closed). 130: the run was stopped by one of
 :data:`STOP_SIGNALS` and ended cleanly (sessions closed, partial results written).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
+from pathlib import Path
 from typing import Final
 
 #: Signals that stop a run the way Ctrl-C does: Ctrl-C itself, and SIGTERM, which a service
@@ -45,13 +49,42 @@ class ServerUnreachable(DuplexctlError):
     exit_code = 3
 
 
+class WriteFailed(DuplexctlError):
+    """A file of the run's results could not be written (the disk is full, an I/O error, the
+    directory was removed, no permission): the run stops, closes its sessions, and keeps
+    what it wrote before (whole JSONL lines, the last complete JSON document)."""
+
+    exit_code = 4
+
+    def __init__(self, path: str | Path, exc: OSError) -> None:
+        self.path = Path(path)
+        self.errno = exc.errno
+        name = errno.errorcode.get(exc.errno or 0)
+        cause = (
+            exc.strerror
+            or (os.strerror(exc.errno) if exc.errno else str(exc))
+            or type(exc).__name__
+        )
+        self.cause = cause
+        super().__init__(
+            f"cannot write {self.path}: {cause}" + (f" ({name})" if name else "") + "; the run "
+            "stopped and closed its sessions; what it wrote before is complete"
+        )
+
+
 class SessionStateError(RuntimeError):
     """A client event builder was asked for something the session state cannot support (a
     bug, not bad input)."""
 
 
 #: What each exit code means, as ``--json``'s error document names it.
-EXIT_KINDS: Final = {1: "check_failed", 2: "bad_usage", 3: "unreachable", 130: "interrupted"}
+EXIT_KINDS: Final = {
+    1: "check_failed",
+    2: "bad_usage",
+    3: "unreachable",
+    4: "write_failed",
+    130: "interrupted",
+}
 
 
 def error_document(command: str, exit_code: int, message: str) -> dict[str, object]:

@@ -42,6 +42,7 @@ ALL_FILES = sorted(p.stem for p in WIRE_DIR.glob("*.jsonl"))
 # Which connections belong to one client session (resumes share it); default: one per conn.
 SESSIONS: dict[str, list[list[int]]] = {
     "resume": [[1, 2]],
+    "commit_at_drop": [[1, 2, 3, 4, 5]],
     "resume_expired": [[1, 2]],
     "idle_timeout": [[1, 2]],
     "journal_gap": [[1, 2, 3, 4]],
@@ -98,7 +99,7 @@ def of(happenings: Feed, kind: type[Happening]) -> list[Any]:
 
 @pytest.mark.parametrize("name", ALL_FILES)
 def test_every_transcript_digests_without_violations(name: str, load_wire: Any) -> None:
-    assert len(ALL_FILES) == 24
+    assert len(ALL_FILES) == 25
     nemotron = name.startswith("nemotron_")
     for cs, happenings in digest(name, load_wire):
         assert happenings, f"{name}: no happenings"

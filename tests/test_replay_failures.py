@@ -35,6 +35,7 @@ from duplexctl.server.config import Fault, ServerConfig
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "recordings"
 SHORT = RECORDINGS / "short_ack.wav"
+SHORT_PATH = str(SHORT)
 
 pytestmark = [pytest.mark.realtime, pytest.mark.timeout(120)]
 
@@ -106,6 +107,18 @@ async def test_a_committed_turn_without_an_answer_is_an_error(
     assert "errors: 1 turn(s) without an answer" in lines
     # the CLI's "check failed:" line names it (issue 30: it was empty)
     assert result.failure_reasons() == ["1 turn(s) without an answer"]
+
+
+async def test_the_check_failed_line_names_the_unanswered_turn(quiet_server: str) -> None:
+    """The one line on stderr says why exit 1 (it was ``check failed: `` and nothing else)."""
+    from support.commands import run_cli_async
+
+    code, _, err = await run_cli_async(
+        "replay", SHORT_PATH, "--url", quiet_server, "--turn-detection", "none",
+        "--response-timeout-s", "1",
+    )  # fmt: skip
+    assert code == 1
+    assert "duplexctl: check failed: 1 turn(s) without an answer" in err, err
 
 
 async def test_headless_counts_an_unanswered_turn_as_an_error(quiet_server: str) -> None:

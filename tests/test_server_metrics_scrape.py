@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -256,3 +257,29 @@ def test_a_dcgm_endpoint_adds_gpu_utilisation_to_the_live_line_and_the_report(
     section = json.loads((out / "report.json").read_text())["server_metrics"]
     assert section["key"]["gpu_util"]["mean"] == 85.0
     assert [e["origin"] for e in section["endpoints"]] == ["default", "flag"]
+
+
+def test_an_endpoint_that_does_not_speak_http_is_one_warning_not_a_traceback() -> None:
+    """Found by bench/hostile_commands.py: a server answering with an SSH banner raised
+    http.client.BadStatusLine out of the last scrape (a traceback, load exiting 1)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def banner() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    threading.Thread(target=banner, daemon=True).start()
+    warnings: list[str] = []
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/metrics"
+        scraper = Scraper(resolve([url]).endpoints(""), 0.2, warn=warnings.append)
+        (endpoint,) = [e for e in scraper.endpoints if e.url == url]
+        assert scraper.scrape_once(endpoint) is True
+        assert scraper.scrape_once(endpoint) is True
+    finally:
+        listener.close()
+    assert len(warnings) == 1 and "BadStatusLine" in warnings[0], warnings
+    assert scraper.store.scrapes[url] == [0, 2]

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from typer.core import TyperCommand, TyperGroup
 from duplexctl import __version__
 from duplexctl.cli.help import EXTRAS, Example, Extras, describe, print_group_help, print_help
 from duplexctl.errors import STOP_SIGNALS, DuplexctlError, error_document
+from duplexctl.terminal import guarded, json_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,7 +103,7 @@ class App(TyperGroup):
             message = usage_error(exc, argv)
             print(f"duplexctl: error: {message}", file=sys.stderr)
             if self._wants_json(argv):
-                print(json.dumps(error_document(argv[0] if argv else "", code, message)))
+                print(json_text(error_document(argv[0] if argv else "", code, message)))
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
@@ -195,7 +195,8 @@ def _as_ctrl_c(_signum: int, _frame: Any) -> None:
 
 def reports_errors(fn: F) -> F:
     """Turn DuplexctlError into one stderr line (and, with ``--json``, one document) and
-    its exit code; Ctrl-C into 130.
+    its exit code; Ctrl-C into 130; show everything the command prints through
+    duplexctl.terminal (no control character a server sent reaches the terminal).
 
     The other stop signals (``errors.STOP_SIGNALS``: SIGTERM) are made a Ctrl-C for the
     command's whole run: replay, talk and load handle both in their event loops; any other
@@ -212,17 +213,19 @@ def reports_errors(fn: F) -> F:
         }
         name = fn.__name__
         try:
-            code = fn(*args, **kwargs)
-        except DuplexctlError as exc:
-            print(f"duplexctl: error: {exc}", file=sys.stderr)
-            if kwargs.get("json_output"):
-                print(json.dumps(error_document(name, exc.exit_code, str(exc))))
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            print("duplexctl: interrupted", file=sys.stderr)
-            if kwargs.get("json_output"):
-                print(json.dumps(error_document(name, 130, "interrupted")))
-            raise typer.Exit(130) from None
+            with guarded():  # nothing a server sent reaches the terminal as a control character
+                try:
+                    code = fn(*args, **kwargs)
+                except DuplexctlError as exc:
+                    print(f"duplexctl: error: {exc}", file=sys.stderr)
+                    if kwargs.get("json_output"):
+                        print(json_text(error_document(name, exc.exit_code, str(exc))))
+                    raise typer.Exit(exc.exit_code) from None
+                except KeyboardInterrupt:
+                    print("duplexctl: interrupted", file=sys.stderr)
+                    if kwargs.get("json_output"):
+                        print(json_text(error_document(name, 130, "interrupted")))
+                    raise typer.Exit(130) from None
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)

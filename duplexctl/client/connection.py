@@ -33,6 +33,13 @@ owns sockets, time and tasks. What it adds, and why:
   every exit path — the async context manager calls it on errors and on cancellation (Ctrl-C),
   and a dropped session is resumed first so its admission slot is freed now rather than after
   the server's disconnect grace.
+* **Every wait is bounded** (docs/protocol.md §6.8, issue 31.3): the open by its timeout, a
+  resume by :meth:`ConnectionOptions.resume_bound_s`, a send the server does not read by
+  ``drain_timeout_s`` (then the socket is dropped: a drop like any other), and :meth:`close`
+  — a resume still running, one reattach, ``session.close`` → ``session.closed`` — by
+  ``close_timeout_s`` in all, plus the socket's own close handshake
+  (:meth:`ConnectionOptions.close_bound_s`); a server that ends the connection instead of
+  answering ``session.close`` ends the wait at once.
 
 Happenings go to a queue (:meth:`next`, ``async for``) and to listeners registered with
 :meth:`add_listener`, called synchronously at receive time — that is the hook for the
@@ -81,7 +88,13 @@ from websockets.exceptions import (
 
 from duplexctl.client.causes import ADMISSION, Cause
 from duplexctl.client.target import TlsPolicy, process_tls
-from duplexctl.client.websocket import Message, UpgradeUnanswered, WebSocket, open_websocket
+from duplexctl.client.websocket import (
+    CLOSE_TCP_TIMEOUT_S,
+    Message,
+    UpgradeUnanswered,
+    WebSocket,
+    open_websocket,
+)
 from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.protocol import codec, names
 from duplexctl.protocol.client_state import (
@@ -241,12 +254,32 @@ class ConnectionOptions:
     resume_timeout_s: float = 10.0  # per attempt: open + session.resumed
     backoff_min_s: float = 0.25
     backoff_max_s: float = 4.0
-    close_timeout_s: float = 10.0  # wait for session.closed
+    close_timeout_s: float = 10.0  # close(): everything, session.closed included
+    drain_timeout_s: float = 10.0  # a send the server does not read: then the socket is dropped
     max_size: int = 64 * MiB  # some server events exceed websockets' 1 MiB default
     queue_happenings: bool = True  # False: listeners only (load, to bound memory)
     # False: the caller's PlaybackDuty sends session.event_ack (one decision, one sender)
     event_acks: bool = True
     tls: TlsPolicy | None = None  # wss:// trust; None: the process's (client.target.use_tls)
+
+    @property
+    def resume_bound_s(self) -> float:
+        """The longest a resume takes before it succeeds or gives up: every attempt's
+        ``resume_timeout_s`` and the longest jittered back-off between them."""
+        backoff, total = self.backoff_min_s, 0.0
+        for _ in range(self.resume_attempts - 1):
+            total += backoff * BACKOFF_JITTER[1]
+            backoff = min(backoff * 2, self.backoff_max_s)
+        return self.resume_attempts * self.resume_timeout_s + total
+
+    @property
+    def close_bound_s(self) -> float:
+        """The longest :meth:`DuplexConnection.close` takes (with its default timeout)."""
+        return self.close_timeout_s + CLOSE_TCP_TIMEOUT_S
+
+
+#: a resume's back-off is multiplied by a uniform draw from this range (vLLM-Omni's client)
+BACKOFF_JITTER: Final = (0.5, 1.5)
 
 
 def with_autostart_off(url: str) -> str:
@@ -802,15 +835,33 @@ class DuplexConnection:
             now = time.monotonic_ns()
             self._last_send_ns = now
             if ws.paused:
-                await ws.drain()
+                await self._drain(ws)
             return now
         raise ConnectionLostError(f"connection to {self._where()} lost while sending")
 
+    async def _drain(self, ws: WebSocket) -> None:
+        """Wait (at most ``drain_timeout_s``) until the server reads what was sent; a server
+        that stops reading costs the socket, not the client's run: it is dropped, and the
+        loss is handled like any other (a resume)."""
+        try:
+            async with asyncio.timeout(self.options.drain_timeout_s):
+                await ws.drain()
+        except TimeoutError:
+            ws.abort()
+            raise ConnectionLostError(
+                f"{self._where()}: the server read nothing for {self.options.drain_timeout_s:g} s "
+                "(the connection was dropped)"
+            ) from None
+
     @staticmethod
     async def _socket_gone(ws: WebSocket) -> None:
-        """Wait (bounded) until ``ws`` is gone and its loss was handled (resume started)."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.wait_closed(), 5.0)
+        """Wait (bounded) until ``ws`` is gone and its loss was handled (resume started).
+        ``asyncio.timeout``, not ``wait_for``: Python 3.11's ``wait_for`` swallows a
+        cancellation that arrives as the socket closes, and the caller's task (replay's
+        microphone, cancelled at the end of its run) then ran on for ever."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await ws.wait_closed()
 
     async def heartbeat(self) -> int:
         return await self.send(self.session.heartbeat())
@@ -905,7 +956,7 @@ class DuplexConnection:
             if fatal:
                 raise ResumeFailed(f"resume failed: {last_problem}", record, fatal=True)
             if record.attempts < max_attempts:
-                await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
+                await asyncio.sleep(backoff * random.uniform(*BACKOFF_JITTER))
                 backoff = min(backoff * 2, opts.backoff_max_s)
         raise ResumeFailed(
             f"resume failed after {record.attempts} attempts: {last_problem}", record, fatal=False
@@ -962,32 +1013,59 @@ class DuplexConnection:
 
     async def close(self, reason: str = "client_close", timeout: float | None = None) -> None:
         """Send ``session.close``, wait for ``session.closed`` (``close_ms``), release
-        everything. Idempotent; never raises for a connection that is already gone."""
+        everything. Idempotent; never raises for a connection that is already gone.
+
+        Bounded: everything — a resume still running, one reattach of a dropped session,
+        ``session.close`` → ``session.closed`` — within ``timeout`` (default
+        ``close_timeout_s``), then the socket's close handshake within
+        ``CLOSE_TCP_TIMEOUT_S``. A socket that ends after ``session.close`` went out ends the
+        wait: nothing more can come on it."""
         if self._finished:
             return
         self._closing = True
         wait_s = self.options.close_timeout_s if timeout is None else timeout
         try:
-            if self._resume_task is not None and not self._resume_task.done():
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(self._resume_task), wait_s)
-            if self._ws is None and self.session.can_resume and not self.session.ended:
-                # A dropped session holds its admission slot for the whole disconnect grace;
-                # reattach once so the close frees it now.
-                with contextlib.suppress(ResumeFailed):
-                    self.timings.drops_ns.append(time.monotonic_ns())
-                    await self._resume(automatic=False, attempts=1)
-            if self._ws is not None and not self.session.ended:
-                with contextlib.suppress(ConnectionLostError, TimeoutError):
-                    sent = await self.send(self.session.close(reason))
-                    self.timings.t_close_sent_ns = sent
-                    await asyncio.wait_for(self._closed_event.wait(), wait_s)
-                    self.timings.close_ms = _ms(sent, self.timings.t_closed_ns)
+            async with asyncio.timeout(wait_s):
+                await self._close_session(reason)
+        except TimeoutError:
+            pass
         finally:
             await self._release()
 
+    async def _close_session(self, reason: str) -> None:
+        if self._resume_task is not None and not self._resume_task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._resume_task)
+        if self._ws is None and self.session.can_resume and not self.session.ended:
+            # A dropped session holds its admission slot for the whole disconnect grace;
+            # reattach once so the close frees it now.
+            with contextlib.suppress(ResumeFailed):
+                self.timings.drops_ns.append(time.monotonic_ns())
+                await self._resume(automatic=False, attempts=1)
+        ws = self._ws
+        if ws is None or self.session.ended:
+            return
+        try:
+            sent = await self.send(self.session.close(reason))
+        except ConnectionLostError:
+            return
+        self.timings.t_close_sent_ns = sent
+        closed = asyncio.ensure_future(self._closed_event.wait())
+        gone = asyncio.ensure_future(ws.wait_closed())
+        try:
+            await asyncio.wait({closed, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            gone.cancel()
+        self.timings.close_ms = _ms(sent, self.timings.t_closed_ns)
+
     async def _release(self) -> None:
         self._finished = True
+        resuming = self._resume_task
+        if resuming is not None and not resuming.done():  # past close's bound: given up
+            resuming.cancel()
+            with contextlib.suppress(BaseException):
+                await resuming
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(BaseException):
@@ -995,7 +1073,8 @@ class DuplexConnection:
         ws = self._ws
         if ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), 2.0)
+                async with asyncio.timeout(CLOSE_TCP_TIMEOUT_S):
+                    await ws.close()
             ws.abort()
         self._ws = None
         self.session.checker.finish()

@@ -18,7 +18,6 @@ after each probe leaves a valid file when it is interrupted.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import xml.etree.ElementTree as ET
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from duplexctl.errors import BadInput
+from duplexctl.rundir import write_atomic
 
 PASSED: Final = "passed"
 FAILURE: Final = "failure"
@@ -137,13 +137,13 @@ def _case(parent: ET.Element, case: Case) -> None:
 
 
 def write(path: str | Path, suites: Iterable[Suite]) -> Path:
-    """Write ``suites`` to ``path`` (atomically: a temporary file, then a rename)."""
+    """Write ``suites`` to ``path`` (atomically: rundir.write_atomic; a write that fails is
+    :class:`~duplexctl.errors.WriteFailed`, exit 4)."""
     target = Path(path)
-    tree = ET.ElementTree(document(suites))
-    ET.indent(tree)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tree.write(tmp, encoding="utf-8", xml_declaration=True)
-    os.replace(tmp, target)
+    root = document(suites)
+    ET.indent(root)
+    data = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    write_atomic(target, data)
     return target
 
 

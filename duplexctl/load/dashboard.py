@@ -197,12 +197,11 @@ class Dashboard:
 
     def start(self) -> None:
         if self.mode == "rich":
-            from rich.console import Console
             from rich.live import Live
 
-            self._live = Live(
-                self._render({}), console=Console(file=self.stream), refresh_per_second=2
-            )
+            from duplexctl.terminal import console
+
+            self._live = Live(self._render({}), console=console(self.stream), refresh_per_second=2)
             self._live.start()
 
     def stop(self) -> None:

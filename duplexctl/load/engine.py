@@ -55,6 +55,7 @@ from duplexctl.load.script import AppendCache, Script, build_script
 from duplexctl.load.session import LoadSession, SessionRecord, Sink
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.report.turns import TurnRecord, TurnTimes
+from duplexctl.rundir import Writes
 from duplexctl.scenario.config import ReplayConfig, check_pauses
 
 CLOSED_SPREAD_S: Final = 2.0
@@ -385,7 +386,12 @@ class JoinSink(Sink):
 
 
 def make_recorder(
-    config: LoadConfig, *, origin: float, worker: int = 0, out_dir: Path | None = None
+    config: LoadConfig,
+    *,
+    origin: float,
+    worker: int = 0,
+    out_dir: Path | None = None,
+    writes: Writes | None = None,
 ) -> Recorder:
     """The recorder of one process, with the run's slices and phase windows."""
     from duplexctl.report.slices import Windows
@@ -400,6 +406,7 @@ def make_recorder(
         out_dir=out_dir,
         thresholds_ms=config.capacity.continuity_thresholds_ms,
         step=shape.step,
+        writes=writes,
     )
 
 

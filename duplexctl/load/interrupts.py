@@ -41,6 +41,11 @@ class Interrupts:
         self.interrupted = True
         how = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
         print(f"duplexctl: {how}: stopping arrivals, closing sessions", file=sys.stderr)
+        self.halt()
+
+    def halt(self) -> None:
+        """Stop the run the way Ctrl-C does (arrivals stop, every session closes, workers
+        too), without it being an interruption: a result file could not be written."""
         self.stop.set()
         for pid in self.children:
             with contextlib.suppress(ProcessLookupError):

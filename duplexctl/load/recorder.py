@@ -5,10 +5,12 @@ per time slice and phase window, counts, session intervals — what merges exact
 workers and runs) that sessions report to as the :class:`~duplexctl.load.session.Sink`, plus
 what only a live run has:
 
-* **raw records** written as they happen to ``turns.jsonl`` / ``sessions.jsonl`` (line
-  buffered, so Ctrl-C or a crash keeps every finished turn), and each session's behaviour
-  trials to ``behaviour.jsonl`` when its conversation ends (its figures are read off the
-  whole conversation, so they exist only then, after its turns' lines were written);
+* **raw records** written as they happen to ``turns.jsonl`` / ``sessions.jsonl`` (each line
+  handed to the kernel whole, so Ctrl-C or a crash keeps every finished turn), and each
+  session's behaviour trials to ``behaviour.jsonl`` when its conversation ends (its figures
+  are read off the whole conversation, so they exist only then, after its turns' lines were
+  written); a write that fails goes to the run's ``writes``, which stops the run
+  (duplexctl/rundir.py: the files keep whole lines);
 * a small **live window** (last seconds of ttfa and send lag) for the dashboard.
 
 Turn figures come from :func:`duplexctl.report.turns.compute_turn` unchanged; the recorder
@@ -24,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from duplexctl.report import continuity
 from duplexctl.report.slices import UNFINISHED, TimeSlicer, Windows
 from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import TurnRecord, TurnTimes
+from duplexctl.rundir import JsonLines, Writes
 from duplexctl.units import NS_PER_MS, NS_PER_S
 
 if TYPE_CHECKING:  # a --ray actor's live seconds (load/cluster/seconds.py)
@@ -68,6 +71,10 @@ def _cap(text: str | None) -> str:
     return text or "-"
 
 
+def _line(doc: dict[str, Any]) -> bytes:
+    return (json.dumps(doc) + "\n").encode()
+
+
 class Recorder(RunTally, Sink):
     """Aggregates one process's sessions and turns (see the module docstring)."""
 
@@ -81,6 +88,7 @@ class Recorder(RunTally, Sink):
         out_dir: Path | None = None,
         thresholds_ms: tuple[int, ...] = continuity.DEFAULT_THRESHOLDS_MS,
         step: tuple[int, int] | None = None,
+        writes: Writes | None = None,
     ) -> None:
         super().__init__(origin=origin, slice_s=slice_s, windows=windows, worker=worker)
         # a sweep level's lines say which level (and which try of it) they belong to
@@ -96,17 +104,21 @@ class Recorder(RunTally, Sink):
         # the live window of send lags: one (newest time, values) entry per folded batch, so
         # thousands of appends a second do not become thousands of tuples
         self._live_lag: deque[tuple[float, np.ndarray]] = deque()
-        self._turns_file: IO[str] | None = None
-        self._sessions_file: IO[str] | None = None
+        self._turns_file: JsonLines | None = None
+        self._sessions_file: JsonLines | None = None
         # --ray: what this recorder takes also goes into the open live second (cut_second)
         self.seconds: SecondTally | None = None
-        self._behaviour_file: IO[str] | None = None
+        self._behaviour_file: JsonLines | None = None
         if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            writes = writes if writes is not None else Writes()
             suffix = "" if worker == 0 else f".w{worker}"
-            self._turns_file = open(out_dir / f"turns{suffix}.jsonl", "a", buffering=1)  # noqa: SIM115
-            self._sessions_file = open(out_dir / f"sessions{suffix}.jsonl", "a", buffering=1)  # noqa: SIM115
-            self._behaviour_file = open(out_dir / f"behaviour{suffix}.jsonl", "a", buffering=1)  # noqa: SIM115
+            self._turns_file = JsonLines(out_dir / f"turns{suffix}.jsonl", writes, append=True)
+            self._sessions_file = JsonLines(
+                out_dir / f"sessions{suffix}.jsonl", writes, append=True
+            )
+            self._behaviour_file = JsonLines(
+                out_dir / f"behaviour{suffix}.jsonl", writes, append=True
+            )
 
     # -- the Sink interface (called by sessions) --------------------------------------------
 
@@ -165,6 +177,8 @@ class Recorder(RunTally, Sink):
             self.counts["sessions_with_drops"] += int(record.drops > 0)
             self.counts["resumes"] += record.resumes
             self.counts["resume_failures"] += record.resume_failures
+            self.counts["commits_resent"] += record.commits_resent
+            self.counts["turns_lost_at_drop"] += record.turns_lost_at_drop
             self.resume_outcomes.update(record.resume_outcomes)
         self.errors.update(record.errors)
         if self.seconds is not None:
@@ -182,7 +196,7 @@ class Recorder(RunTally, Sink):
         if self._sessions_file is not None:
             line = record.to_json(self.origin)
             line.update(self._tag)
-            self._sessions_file.write(json.dumps(line) + "\n")
+            self._sessions_file.write(_line(line))
 
     @property
     def slicer(self) -> TimeSlicer:
@@ -271,7 +285,7 @@ class Recorder(RunTally, Sink):
                 phase=self._slicer.phase_of(t),
                 **self._tag,
             )
-            self._turns_file.write(json.dumps(line) + "\n")
+            self._turns_file.write(_line(line))
 
     def behaviour(self, t: float, figures: Figures, session: SessionRecord | None = None) -> None:
         """One session's conversation-behaviour figures (docs/metrics.md "Conversation
@@ -289,7 +303,7 @@ class Recorder(RunTally, Sink):
                 line.update(session=session.index, session_id=session.session_id)
             line.update(t=round(t - self.origin, 6), phase=self._slicer.phase_of(t), **self._tag)
             line.update(figures.trials())
-            self._behaviour_file.write(json.dumps(line) + "\n")
+            self._behaviour_file.write(_line(line))
 
     # -- the joining session (engine.JoinSink) -------------------------------------------------
 
@@ -308,7 +322,7 @@ class Recorder(RunTally, Sink):
                 join=True,
                 **self._tag,
             )
-            self._turns_file.write(json.dumps(line) + "\n")
+            self._turns_file.write(_line(line))
 
     def joined(self, record: SessionRecord) -> None:
         """A joining session is over: counted apart from the N users' attempts (``join.*``),

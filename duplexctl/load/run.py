@@ -42,7 +42,7 @@ from duplexctl.report.load_report import (
     tally_of,
     write_outputs,
 )
-from duplexctl.rundir import announce, prepare_run_dir
+from duplexctl.rundir import Writes, announce, prepare_run_dir
 
 
 @dataclass(slots=True)
@@ -123,6 +123,14 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
     irq.install()
     output, capacity = config.output, config.capacity
     out = Path(output.out) if output.out else None
+    # --out's writes: the first that fails stops the run as Ctrl-C does (exit 4, rundir.py)
+    writes = Writes()
+    loop = asyncio.get_running_loop()
+
+    def write_failed() -> None:  # from any thread (the scraper's too)
+        loop.call_soon_threadsafe(irq.halt)
+
+    writes.on_failure(write_failed)
     async with target(config) as (url, embedded):
         extra: dict[str, Any] = {}
         # the server's /metrics, scraped by threads beside the run (docs/metrics.md), and
@@ -135,6 +143,7 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
                 api_key=config.target.api_key,
                 out=out,
                 ssl_context=tls_for(url),
+                writes=writes,
             ) as scraper,
         ):
 
@@ -148,7 +157,7 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
             elif capacity.sweep is not None:
                 report = await run_sweep(config, url, embedded, irq, on_step=mark, out=out)
             else:
-                report = await run_step(config, url, embedded, irq, out=out)
+                report = await run_step(config, url, embedded, irq, out=out, writes=writes)
         if feed is not None:
             report["prometheus_remote_write"] = feed.summary()
         if scraper is not None:
@@ -166,11 +175,15 @@ async def _main(config: LoadConfig, first_turn: tuple[float, str]) -> RunResult:
         report["environment"] = env
         if capacity.no_slot_release and capacity.find_capacity:
             extra["slot_release"] = {"skipped": "--no-slot-release"}
-        elif (capacity.measure_slot_release or capacity.find_capacity) and not irq.interrupted:
+        elif (
+            (capacity.measure_slot_release or capacity.find_capacity)
+            and not irq.interrupted
+            and writes.ok
+        ):
             extra["slot_release"] = await measure_slot_release(config, url, irq.stop)
         report.update(extra)
     report["first_turn"] = {"seconds": round(first_turn[0], 3), "estimate": first_turn[1]}
-    return finish(config, report, irq.interrupted, out)
+    return finish(config, report, irq.interrupted, out, writes)
 
 
 async def pinned(config: LoadConfig, url: str, tls: Any) -> dict[str, Any]:
@@ -211,10 +224,16 @@ def never_admitted(report: dict[str, Any]) -> str | None:
 
 
 def finish(
-    config: LoadConfig, report: dict[str, Any], interrupted: bool, out: Path | None
+    config: LoadConfig,
+    report: dict[str, Any],
+    interrupted: bool,
+    out: Path | None,
+    writes: Writes | None = None,
 ) -> RunResult:
     """Judge the SLOs (or, for a capacity search, whether any level met its criteria), write
-    the files, print; exit code 130 / 3 / 1 / 0."""
+    the files, print; exit code 4 / 130 / 3 / 1 / 0 (4: a file of ``--out`` could not be
+    written, the run stopped there)."""
+    writes = writes if writes is not None else Writes()
     from duplexctl.report.slo import all_passed, evaluate, parse_slos
 
     output = config.output
@@ -226,16 +245,18 @@ def finish(
         if not all_passed(results):
             code = 1
     report["interrupted"] = interrupted
+    if writes.failure is not None:
+        report["write_failure"] = str(writes.failure)
     report.setdefault("command", command_line(sys.argv))
     if out is not None:
-        write_outputs(out, report)
+        write_outputs(out, report, writes)
         from duplexctl.report.html import load_page
 
-        load_page.write(report, out)
+        load_page.write(report, out, writes)
     if output.json_output:
-        import json
+        from duplexctl.terminal import json_text
 
-        print(json.dumps(report, default=str))
+        print(json_text(report))
     else:
         render_final(
             report, rich_table=Dashboard.choose(json_output=False, live=output.live) == "rich"
@@ -268,8 +289,9 @@ def finish(
                 file=sys.stderr,
             )
             code = max(code, 1)
-    unreached = None if interrupted else never_admitted(report)
-    empty = None if interrupted or unreached is not None else measured_nothing(report)
+    stopped = interrupted or writes.failure is not None  # partial: no verdict on the server
+    unreached = None if stopped else never_admitted(report)
+    empty = None if stopped or unreached is not None else measured_nothing(report)
     if empty is not None:  # a run that completed no turn measured nothing: never a quiet 0
         print(f"duplexctl: check failed: {empty}", file=sys.stderr)
         code = max(code, 1)
@@ -278,6 +300,9 @@ def finish(
         code = ServerUnreachable.exit_code
     if interrupted:
         code = 130
+    if writes.failure is not None:
+        print(f"duplexctl: error: {writes.failure}", file=sys.stderr)
+        code = writes.failure.exit_code
     if output.junit is not None:
         from duplexctl.export import junit
         from duplexctl.export.junit_cases import load_suite

@@ -88,7 +88,7 @@ async def find_capacity(
             config, level, url, embedded, irq, slos, "capacity step", unit, tried, on_step,
             open_loop=open_loop,
         )  # fmt: skip
-        if irq.interrupted:
+        if irq.stop.is_set():  # Ctrl-C, or a file that could not be written
             break
         report, results, runs, duration = step.report, step.results, step.runs, step.duration_s
         rejected = report["admission"]["by_kind"].get("rejected_capacity", 0)
@@ -224,11 +224,12 @@ async def judged_step(
         report = await run_step(step_cfg, url, embedded, irq, out=out, title=title)
         results = steps_rules.results_of(report, slos)
         missing = steps_rules.unjudged(report, results)
-        if not irq.interrupted:
+        stopped = irq.stop.is_set()  # Ctrl-C, or a file that could not be written
+        if not stopped:
             runs.append({"duration_s": duration, "turns": report["turns"]["count"]})
             tried.append(report)
         done = missing is None or len(runs) > MAX_STEP_EXTENSIONS or steps_rules.refused(report)
-        if irq.interrupted or done:
+        if stopped or done:
             tried_so_far.extend(tried)
             if on_step is not None:
                 on_step(level, started, time.monotonic())
@@ -268,7 +269,7 @@ async def run_sweep(
             out=out, join_samples=judged.joins,
         )  # fmt: skip
         report = step.report  # interrupted: the partial level's figures, but no row
-        if irq.interrupted:
+        if irq.stop.is_set():
             break
         rows.append(sweep_report.level_row(level, report, list(judged.slos), step.runs))
         data.append(

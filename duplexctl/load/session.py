@@ -42,6 +42,7 @@ from duplexctl.client.connection import ConnectionLost, DuplexConnection, OpenFa
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
 from duplexctl.protocol.client_state import Happening, SessionResumed
+from duplexctl.protocol.commits import LOST_AT_DROP
 from duplexctl.report.continuity import SessionContinuity
 from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.turns import TurnRecord, TurnTimes
@@ -104,6 +105,10 @@ class SessionRecord:
     resume_ms: list[float] = field(default_factory=list)  # each successful resume
     resume_outcomes: dict[str, int] = field(default_factory=dict)
     unanswered_turns: int = 0  # turns given up on as no_response (errors no_response)
+    # across drops (protocol/commits.py): commits sent again because the resume showed they
+    # never reached the server, and turns whose commit could not be recovered
+    commits_resent: int = 0
+    turns_lost_at_drop: int = 0
     behaviours: dict[str, int] = field(default_factory=dict)
     unanswered_interruptions: int = 0
     # --stagger: the fraction of one pass it began at (docs/metrics.md "A steady start")
@@ -377,6 +382,9 @@ class LoadSession:
         rec.violations = conn.session.checker.counts()
         self._count_resumes(runner)
         rec.unanswered_turns = errors.get("no_response", 0)
+        rec.turns_lost_at_drop = errors.get(LOST_AT_DROP, 0)
+        commits = runner.state.commits
+        rec.commits_resent = commits.resent_count if commits is not None else 0
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
         rec.turns = sum(t.times.end_mode != BACKCHANNEL for t in runner.turns)  # user turns
         if self.config.pace is Pace.REALTIME:  # fast pace has no conversation timeline

@@ -28,6 +28,7 @@ from duplexctl.load.recorder import Recorder
 from duplexctl.load.workers import in_workers
 from duplexctl.report.load_report import build_report
 from duplexctl.report.tally import RunTally
+from duplexctl.rundir import Writes
 
 
 async def run_step(
@@ -39,8 +40,10 @@ async def run_step(
     out: Path | None,
     title: str = "duplexctl load",
     quiet: bool = False,
+    writes: Writes | None = None,
 ) -> dict[str, Any]:
-    """One load run (or one capacity step) → its report."""
+    """One load run (or one capacity step) → its report. A file of ``out`` that cannot be
+    written goes to ``writes``, whose stop (the caller's) ends the step as Ctrl-C does."""
     mode = (
         "off"
         if quiet
@@ -59,9 +62,9 @@ async def run_step(
 
             tally, infos = await in_cluster(config, url, irq, out, dash)
         elif config.execution.workers <= 1:
-            tally, infos = await _in_process(config, url, step_stop, out, dash)
+            tally, infos = await _in_process(config, url, step_stop, out, dash, writes)
         else:
-            tally, infos = await in_workers(config, url, irq, out, dash)
+            tally, infos = await in_workers(config, url, irq, out, dash, writes)
     finally:
         dash.stop()
         forward.cancel()
@@ -88,10 +91,15 @@ async def _forward(source: asyncio.Event, target: asyncio.Event) -> None:
 
 
 async def _in_process(
-    config: LoadConfig, url: str, stop: asyncio.Event, out: Path | None, dash: Dashboard
+    config: LoadConfig,
+    url: str,
+    stop: asyncio.Event,
+    out: Path | None,
+    dash: Dashboard,
+    writes: Writes | None,
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     origin = time.monotonic()
-    rec = make_recorder(config, origin=origin, out_dir=out)
+    rec = make_recorder(config, origin=origin, out_dir=out, writes=writes)
     task = asyncio.create_task(drive(config, url=url, origin=origin, stop=stop, recorder=rec))
 
     push = config.output.push

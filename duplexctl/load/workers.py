@@ -38,20 +38,28 @@ from duplexctl.load.interrupts import Interrupts
 from duplexctl.load.lifeline import EXIT_PARENT_GONE, Lifeline
 from duplexctl.load.recorder import Recorder
 from duplexctl.report.load_report import merge_jsonl
+from duplexctl.rundir import Writes
 
 WORKER_START_TIMEOUT_S: Final = 120.0
 WORKER_END_GRACE_S: Final = 120.0
 
 
 async def in_workers(
-    config: LoadConfig, url: str, irq: Interrupts, out: Path | None, dash: Dashboard
+    config: LoadConfig,
+    url: str,
+    irq: Interrupts,
+    out: Path | None,
+    dash: Dashboard,
+    writes: Writes | None = None,
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     """Run ``config`` in ``config.execution.workers`` processes; their recorders merged exactly."""
     ctx = mp.get_context("spawn")
     messages: Any = ctx.Queue()
     lifeline, keep = Lifeline.to_parent(ctx)
     try:
-        return await _run_workers(config, url, irq, out, dash, ctx, lifeline, messages)
+        return await _run_workers(
+            config, url, irq, out, dash, ctx, lifeline, messages, writes or Writes()
+        )
     finally:
         keep.close()  # workers still running (given up on) see the lifeline break and stop
 
@@ -65,6 +73,7 @@ async def _run_workers(
     ctx: Any,
     lifeline: Lifeline,
     messages: Any,
+    writes: Writes,
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     go = ctx.Event()
     origin_value: Any = ctx.Value("d", 0.0)
@@ -130,6 +139,8 @@ async def _run_workers(
             live_export.observe(index, msg[2])
         elif kind == "done":
             done[index] = (msg[2], msg[3])
+        elif kind == "write_failed":  # a worker's JSONL: the run stops (the caller's halt)
+            writes.failed(msg[2], OSError(msg[3], msg[4]))
         elif kind == "error":
             errors.append(f"worker {index}: {msg[2]}")
             done[index] = ({}, {"worker": index, "error": msg[2]})
@@ -138,7 +149,7 @@ async def _run_workers(
         if p.is_alive():
             p.kill()
     irq.children.clear()
-    merged = merge_parts(config, origin, done, out)
+    merged = merge_parts(config, origin, done, out, writes)
     if errors and not done:
         raise BadInput("; ".join(errors))
     return merged
@@ -149,6 +160,7 @@ def merge_parts(
     origin: float,
     done: Mapping[int, tuple[dict[str, Any], dict[str, Any]]],
     out: Path | None,
+    writes: Writes | None = None,
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     """The workers' ``(encoded recorder, info)`` merged exactly into one recorder, and their
     JSONL parts (``turns.wN.jsonl``, ``behaviour.wN.jsonl`` …, in ``out``) appended to the
@@ -162,9 +174,8 @@ def merge_parts(
             merged.merge_encoded(encoded)
         infos.append(info)
     if out is not None:
-        merge_jsonl(sorted(out.glob("turns.w*.jsonl")), out / "turns.jsonl")
-        merge_jsonl(sorted(out.glob("sessions.w*.jsonl")), out / "sessions.jsonl")
-        merge_jsonl(sorted(out.glob("behaviour.w*.jsonl")), out / "behaviour.jsonl")
+        for name in ("turns", "sessions", "behaviour"):
+            merge_jsonl(sorted(out.glob(f"{name}.w*.jsonl")), out / f"{name}.jsonl", writes)
     return merged, infos
 
 
@@ -271,7 +282,17 @@ async def run_share(
     if on_stopper is not None:
         on_stopper(lambda: loop.call_soon_threadsafe(stop.set))
     await asyncio.sleep(max(0.0, origin - time.monotonic()))
-    rec = make_recorder(config, origin=origin, worker=index, out_dir=Path(out) if out else None)
+
+    def write_failed() -> None:  # this worker's JSONL: it stops, and so does the run
+        loop.call_soon_threadsafe(stop.set)
+        failure = writes.failure
+        if failure is not None and not lifeline.lost:
+            messages.put(("write_failed", index, str(failure.path), failure.errno, failure.cause))
+
+    writes = Writes(write_failed)
+    rec = make_recorder(
+        config, origin=origin, worker=index, out_dir=Path(out) if out else None, writes=writes
+    )
     task = asyncio.create_task(
         drive(config, url=url, origin=origin, stop=stop, worker=index, plan=plan, recorder=rec)
     )

@@ -10,14 +10,14 @@ Exit 1 when any probe failed.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from duplexctl.errors import BadInput, DuplexctlError
+from duplexctl.errors import BadInput, DuplexctlError, WriteFailed
 from duplexctl.probe.runner import ProbeConfig
+from duplexctl.terminal import json_text
 
 
 def check(config: ProbeConfig) -> None:
@@ -84,21 +84,22 @@ def run(
 
     try:
         report = asyncio.run(probe_target(config, on_result=live, on_embedded=embedded))
-    except DuplexctlError as exc:  # unreachable (exit 3): the file says why
-        if junit is not None:
+        save(report.to_dict())
+    except DuplexctlError as exc:  # unreachable (exit 3), a file not written (4): say why
+        if junit is not None and not isinstance(exc, WriteFailed):
             from duplexctl.export import junit as junit_xml
             from duplexctl.export.junit_cases import error_suite
 
             name = f"duplexctl probe {config.url or ''}".strip()
             junit_xml.write(junit, [error_suite("probe", name, str(exc))])
         raise
-    save(report.to_dict())
-    if out_dir is not None:
-        from duplexctl.rundir import announce
+    finally:
+        if out_dir is not None:
+            from duplexctl.rundir import announce
 
-        announce(out_dir)
+            announce(out_dir)
     if json_output:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json_text(report.to_dict(), indent=2))
     else:
         if report.server_metrics:
             from duplexctl.prometheus.summary import render_lines

@@ -18,6 +18,7 @@ from typing import Any
 from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.prometheus.scraper import Scraper
 from duplexctl.prometheus.summary import dashboard_line, explain_knee, summarise
+from duplexctl.rundir import Writes
 
 _active: Scraper | None = None
 
@@ -31,6 +32,7 @@ async def scraping(
     out: Path | None = None,
     ssl_context: ssl.SSLContext | None = None,
     origin: float | None = None,
+    writes: Writes | None = None,
 ) -> AsyncIterator[Scraper | None]:
     """Scrape for as long as the block runs; None when scraping is off. The caller calls
     :meth:`Scraper.release_held` once it knows its run reached the server. Stopping joins the
@@ -49,6 +51,7 @@ async def scraping(
         origin=time.monotonic() if origin is None else origin,
         out=out,
         ssl_context=ssl_context if https else None,
+        writes=writes,
     )
     scraper.start()
     await asyncio.to_thread(scraper.wait_first)  # the counters' baseline precedes the run

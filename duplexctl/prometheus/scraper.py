@@ -17,6 +17,7 @@ second line about its ``/metrics`` would only repeat it.
 
 from __future__ import annotations
 
+import http.client
 import ssl
 import sys
 import threading
@@ -30,6 +31,7 @@ from typing import Any, Final
 from duplexctl.prometheus.endpoints import Endpoint
 from duplexctl.prometheus.exposition import ACCEPT, NotMetrics, parse
 from duplexctl.prometheus.store import CLOCK, FILE_NAME, JsonlWriter, Store
+from duplexctl.rundir import Writes
 
 MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 MIN_TIMEOUT_S: Final = 1.0
@@ -53,6 +55,7 @@ class Scraper:
         out: Path | None = None,
         ssl_context: ssl.SSLContext | None = None,
         warn: Callable[[str], None] = _warn,
+        writes: Writes | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.interval_s = interval_s
@@ -66,7 +69,7 @@ class Scraper:
         self._gave_up: set[str] = set()
         self._held: list[str] = []
         self._first: list[threading.Event] = []
-        self._writer = JsonlWriter(out / FILE_NAME) if out is not None else None
+        self._writer = JsonlWriter(out / FILE_NAME, writes) if out is not None else None
         self.timeout_s = min(max(interval_s, MIN_TIMEOUT_S), MAX_TIMEOUT_S)
 
     def now(self) -> float:
@@ -183,7 +186,8 @@ class Scraper:
         except NotMetrics as exc:
             self._failed(endpoint, t, started, str(exc))
             return True
-        except (TimeoutError, OSError, ValueError) as exc:
+        except (TimeoutError, OSError, ValueError, http.client.HTTPException) as exc:
+            # HTTPException: an answer that is not HTTP at all (BadStatusLine …)
             reason = getattr(exc, "reason", exc)
             why = (
                 f"no answer within {self.timeout_s:g} s"

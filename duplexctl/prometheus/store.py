@@ -20,11 +20,12 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import orjson
 
 from duplexctl.prometheus.exposition import PROCESS_PREFIXES, Family
+from duplexctl.rundir import JsonLines, Writes
 
 FILE_NAME: Final = "server_metrics.jsonl"
 CLOCK: Final = "seconds since the run started (the clock of the report's slices)"
@@ -167,20 +168,24 @@ def _family_name(store: Store, endpoint: str, series: str) -> str:
 
 
 class JsonlWriter:
-    """``server_metrics.jsonl``, one line per record, flushed after every scrape."""
+    """``server_metrics.jsonl``, one line per record, each scrape's lines written whole or
+    not at all (``rundir.JsonLines``); a write that fails goes to the run's ``writes`` (which
+    stops the run) and nothing more is written — the scrapes go on in memory."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, writes: Writes | None = None) -> None:
         self.path = path
-        self._fh: IO[bytes] = path.open("ab")
+        self.writes = writes if writes is not None else Writes()
+        self._file = JsonLines(path, self.writes, append=True)
         self._lock = threading.Lock()
+        self._closed = False
 
     def write(self, lines: Iterable[dict[str, Any]]) -> None:
         with self._lock:
-            if self._fh.closed:
+            if self._closed:
                 return
-            self._fh.write(b"".join(orjson.dumps(line) + b"\n" for line in lines))
-            self._fh.flush()
+            self._file.write(b"".join(orjson.dumps(line) + b"\n" for line in lines))
 
     def close(self) -> None:
         with self._lock:
-            self._fh.close()
+            self._closed = True
+            self._file.close()

@@ -171,6 +171,30 @@ class PlaybackDuty:
         ledger.heard_ack_owed = True
         self._live[response_id] = ledger
 
+    def resumed(self, session: dict[str, Any]) -> None:
+        """``session.resumed``'s session object arrived: its ``playback`` is what the server
+        has of the latest reply. When that says less is committed than the final ack this
+        client sent for it, the ack was lost with the connection (written into a socket that
+        was already gone), and without it the reply owns the turn on the server for good —
+        the next commit is refused (wire/commit_at_drop.jsonl): the final ack is owed again.
+        The server's playback is its latest reply's: only the client's latest reply is
+        considered, and only when the audio lengths agree (``generated_ms``)."""
+        playback = session.get("playback")
+        active = session.get("active_response_id")
+        cs = self.session
+        if not isinstance(playback, dict) or not cs.responses:
+            return
+        committed, generated = playback.get("committed_ms"), playback.get("generated_ms")
+        if not isinstance(committed, int | float) or not isinstance(generated, int | float):
+            return
+        rid = next(reversed(cs.responses))
+        ledger, track = self._ledgers.get(rid), cs.responses[rid]
+        if ledger is None or active not in (None, rid) or abs(track.audio_ms - generated) > 1.0:
+            return
+        if ledger.final and ledger.heard_ms is None and committed < math.floor(track.audio_ms):
+            ledger.final = False  # owed again: due() sends it at once (played out, done)
+            self._live[rid] = ledger
+
     def is_live(self, response_id: str) -> bool:
         """Whether the duty may still owe something for this reply."""
         return response_id in self._live

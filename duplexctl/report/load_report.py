@@ -24,9 +24,9 @@ late, so the server heard a slower user than scripted; such a run is marked
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -40,6 +40,8 @@ from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
 from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import ORIGINS
+from duplexctl.rundir import JsonLines, Writes, write_atomic
+from duplexctl.terminal import csv_cell
 
 KIND: Final = "duplexctl.load"
 SESSION_ORIGINS: Final = {
@@ -318,6 +320,8 @@ def build_report(
             "outcomes": dict(tally.resume_outcomes),
             "seq_gaps": counts["seq_gaps"],
             "duplicates_dropped": counts["duplicates_dropped"],
+            "commits_resent": counts["commits_resent"],
+            "turns_lost_at_drop": counts["turns_lost_at_drop"],
         },
         "behaviour": {
             **{
@@ -407,71 +411,89 @@ def tally_of(report: Mapping[str, Any]) -> RunTally:
 # -- files --------------------------------------------------------------------------------------
 
 
-def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    os.replace(tmp, path)
+def write_json_atomic(path: Path, doc: Mapping[str, Any], writes: Writes | None = None) -> bool:
+    """``doc`` as ``path``, whole or not at all (rundir.write_atomic)."""
+    return write_atomic(path, json.dumps(doc, indent=1, default=str), writes)
 
 
-def write_outputs(out: Path, report: Mapping[str, Any]) -> list[Path]:
-    """report.json (atomic) and the CSV summaries next to it."""
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "report.json", report)
+class _CsvCells:
+    """CSV text whose string cells a spreadsheet shows as text (terminal.csv_cell): an error
+    code from the server must not run as a formula in whoever opens the file."""
+
+    def __init__(self) -> None:
+        self._buffer = io.StringIO()
+        self._writer = csv.writer(self._buffer)
+
+    def writerow(self, row: Iterable[Any]) -> None:
+        self._writer.writerow([csv_cell(value) for value in row])
+
+    def text(self) -> str:
+        return self._buffer.getvalue()
+
+
+def write_outputs(out: Path, report: Mapping[str, Any], writes: Writes | None = None) -> list[Path]:
+    """report.json and the CSV summaries next to it, each whole or not at all (a write that
+    fails goes to ``writes``, else raises WriteFailed; after one, nothing is attempted)."""
+    write_json_atomic(out / "report.json", report, writes)
     figures = out / "figures.csv"
-    with figures.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["metric", "n", "p50", "p90", "p95", "p99", "max", "mean", "min", "p99_low_n"])
-        for name, f in report["figures"].items():
-            w.writerow(
-                [name]
-                + [
-                    f[k]
-                    for k in ("n", "p50", "p90", "p95", "p99", "max", "mean", "min", "p99_low_n")
-                ]
-            )
-    slices = out / "slices.csv"
-    with slices.open("w", newline="") as fh:
-        w = csv.writer(fh)
+    w = _CsvCells()
+    w.writerow(["metric", "n", "p50", "p90", "p95", "p99", "max", "mean", "min", "p99_low_n"])
+    for name, f in report["figures"].items():
         w.writerow(
-            [
-                "index",
-                "start_s",
-                "end_s",
-                "phase",
-                "turns",
-                "attempts",
-                "rejections",
-                "rejection_rate",
-                "errors",
-                "ttfa_p50",
-                "ttfa_p95",
-                "ttfa_p99",
-                "audio_throughput",
-            ]
+            [name]
+            + [f[k] for k in ("n", "p50", "p90", "p95", "p99", "max", "mean", "min", "p99_low_n")]
         )
-        for sl in report["slices"]:
-            ttfa = sl["figures"].get("ttfa_ms", {})
-            w.writerow([sl["index"], sl["start_s"], sl["end_s"], sl["phase"], sl["turns"], sl["attempts"], sl["rejections"], sl["rejection_rate"], sl["errors"], ttfa.get("p50"), ttfa.get("p95"), ttfa.get("p99"), sl["audio_throughput"]])  # fmt: skip
+    write_atomic(figures, w.text(), writes)
+    slices = out / "slices.csv"
+    w = _CsvCells()
+    w.writerow(
+        [
+            "index",
+            "start_s",
+            "end_s",
+            "phase",
+            "turns",
+            "attempts",
+            "rejections",
+            "rejection_rate",
+            "errors",
+            "ttfa_p50",
+            "ttfa_p95",
+            "ttfa_p99",
+            "audio_throughput",
+        ]
+    )
+    for sl in report["slices"]:
+        ttfa = sl["figures"].get("ttfa_ms", {})
+        w.writerow([sl["index"], sl["start_s"], sl["end_s"], sl["phase"], sl["turns"], sl["attempts"], sl["rejections"], sl["rejection_rate"], sl["errors"], ttfa.get("p50"), ttfa.get("p95"), ttfa.get("p99"), sl["audio_throughput"]])  # fmt: skip
+    write_atomic(slices, w.text(), writes)
     admission = out / "admission.csv"
-    with admission.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["outcome", "code", "count"])
-        for key, n in report["admission"]["by_code"].items():
-            kind, _, code = key.partition(":")
-            w.writerow([kind, code, n])
-        w.writerow(["admitted", "", report["admission"]["by_kind"].get("admitted", 0)])
+    w = _CsvCells()
+    w.writerow(["outcome", "code", "count"])
+    for key, n in report["admission"]["by_code"].items():
+        kind, _, code = key.partition(":")
+        w.writerow([kind, code, n])
+    w.writerow(["admitted", "", report["admission"]["by_kind"].get("admitted", 0)])
+    write_atomic(admission, w.text(), writes)
     return [out / "report.json", figures, slices, admission]
 
 
-def merge_jsonl(parts: Iterable[Path], target: Path) -> None:
-    """Append worker JSONL parts to ``target`` and remove them."""
-    with target.open("a") as out:
+def merge_jsonl(parts: Iterable[Path], target: Path, writes: Writes | None = None) -> None:
+    """Append worker JSONL parts to ``target`` (whole lines) and remove them; a part stays
+    when its lines could not all be appended (a write that failed goes to ``writes``)."""
+    merged = JsonLines(target, writes, append=True)
+    try:
         for part in parts:
-            if part.exists():
-                with part.open() as fh:
-                    for line in fh:
-                        out.write(line)
-                part.unlink()
+            if not part.exists():
+                continue
+            with part.open("rb") as fh:
+                for line in fh:
+                    if not line.endswith(b"\n") or not merged.write(line):
+                        break
+                else:
+                    part.unlink()
+    finally:
+        merged.close()
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -751,6 +773,11 @@ def drops_line(report: Mapping[str, Any]) -> str:
     f = report["figures"].get("resume_ms")
     if f and f["n"]:
         line += f"; resume_ms {_pct_line(f)}"
+    if r.get("commits_resent") or r.get("turns_lost_at_drop"):
+        line += (
+            f"; commits the server never received: {r.get('commits_resent', 0)} sent again, "
+            f"{r.get('turns_lost_at_drop', 0)} turns lost at the drop"
+        )
     return line
 
 
@@ -838,9 +865,9 @@ def render_final(report: Mapping[str, Any], *, rich_table: bool, out: TextIO | N
     for line in lead_lines(report):
         print(line, file=stream)
     if rich_table:
-        from rich.console import Console
+        from duplexctl.terminal import console as make_console
 
-        console = Console(file=stream)
+        console = make_console(stream)
         hs = tally_of(report).headline()
         console.print(
             histogram_table(

@@ -35,6 +35,7 @@ from duplexctl.report.load_report import (
     write_outputs,
 )
 from duplexctl.rundir import announce, prepare_run_dir
+from duplexctl.terminal import json_text
 
 
 def load_result(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -174,7 +175,7 @@ def rerender(
             if not json_output:
                 print(f"plot: {path}")
     if json_output:
-        print(json.dumps(report, default=str))
+        print(json_text(report))
     else:
         render_final(report, rich_table=False)
     if html_path is not None:
@@ -212,7 +213,7 @@ def compare_runs(
     doc["fail_on_regression_pct"] = fail_on_regression
     doc["regressions"] = [f"{r['figure']} {r['stat']}" for r in failing]
     if json_output:
-        print(json.dumps(doc))
+        print(json_text(doc))
     else:
         print("\n".join(lines(doc)))
     if html is not None:

@@ -8,12 +8,12 @@ turn: barge-in and resume columns only when some turn has them.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
 from duplexctl.behaviour.figures import summary_line
+from duplexctl.terminal import json_text
 
 # (column title, figure or field, format) in display order
 _BASE_COLUMNS: list[tuple[str, str]] = [
@@ -148,6 +148,11 @@ def _connection_lines(report: dict[str, Any]) -> list[str]:
     resume_ms = conn.get("resume_ms") or []
     if resume_ms:
         bits.append(f"resume_ms max {_fmt(max(resume_ms))}")
+    if conn.get("commits_resent"):
+        bits.append(f"{conn['commits_resent']} commit(s) the server never received sent again")
+    lost = conn.get("turns_lost_at_drop") or []
+    if lost:
+        bits.append(f"turn(s) {', '.join(map(str, lost))} lost at the drop")
     return [", ".join(bits)]
 
 
@@ -169,7 +174,7 @@ def _behaviour_lines(report: dict[str, Any]) -> list[str]:
 
 def _unanswered_lines(report: dict[str, Any]) -> list[str]:
     """Turns that got no answer in time: errors, never silence (issue 16.1)."""
-    lost = [e for e in report.get("errors", []) if e.get("code") == "no_response"]
+    lost = [e for e in report.get("errors", []) if e.get("code") in ("no_response", "lost_at_drop")]
     if not lost:
         return []
     return [f"errors: {len(lost)} turn(s) without an answer"] + [
@@ -200,6 +205,16 @@ def _expectation_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _stopped_lines(report: dict[str, Any]) -> list[str]:
+    """A run that did not end by itself says so (its figures are partial)."""
+    status = report.get("status")
+    if status == "interrupted":
+        return ["interrupted: partial results"]
+    if status == "write_failed":
+        return ["stopped: a file of --out could not be written: partial results"]
+    return []
+
+
 def plain_lines(report: dict[str, Any]) -> list[str]:
     """The report as plain ``key=value`` lines (not a terminal, or ``report`` re-render)."""
     lines = [capabilities_line(report.get("session", {}).get("capabilities", {}))]
@@ -220,8 +235,7 @@ def plain_lines(report: dict[str, Any]) -> list[str]:
     lines += _unanswered_lines(report)
     lines += _violation_lines(report)
     lines += _expectation_lines(report)
-    if report.get("status") == "interrupted":
-        lines.append("interrupted: partial results")
+    lines += _stopped_lines(report)
     return lines
 
 
@@ -235,10 +249,12 @@ def render_table(
     report: dict[str, Any], out: TextIO | None = None, *, width: int | None = None
 ) -> None:
     """The report as a rich table plus summary lines (on a terminal)."""
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console(file=out or sys.stdout, width=width)
+    from duplexctl.terminal import console as make_console
+
+    console = make_console(out, width=width)
     console.print(capabilities_line(report.get("session", {}).get("capabilities", {})))
     console.print(_session_line(report))
     turns = report.get("turns", [])
@@ -254,21 +270,21 @@ def render_table(
         table.add_row(
             str(t["index"]),
             str(t.get("source") or "-"),
-            f"[{style.get(outcome, 'white')}]{outcome}[/]",
+            Text(outcome, style=style.get(outcome, "white")),
             str(t.get("reason") or "-"),
             *[_fmt(fig(t, name)) for _, name in cols],
         )
     console.print(table)
     summary = _connection_lines(report) + _behaviour_lines(report) + _unanswered_lines(report)
     for line in summary + _violation_lines(report) + _expectation_lines(report):
-        console.print(line, markup=False, highlight=False)
-    if report.get("status") == "interrupted":
-        console.print("interrupted: partial results", markup=False)
+        console.print(line, highlight=False)
+    for line in _stopped_lines(report):
+        console.print(line)
 
 
 def render_json(report: dict[str, Any], out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    out.write(json.dumps(report, indent=2, default=str) + "\n")
+    out.write(json_text(report, indent=2) + "\n")
     out.flush()
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Final
 
 from duplexctl.protocol.client_state import ResponseTrack
+from duplexctl.protocol.commits import LOST_AT_DROP
 from duplexctl.report.turns import (
     Delta,
     TurnRecord,
@@ -94,11 +95,18 @@ class TurnAssembly:
         turn.times.timed_out = True
         self.finish(turn)
 
-    def give_up(self, turn: LiveTurn, reason: str) -> None:
-        """No answer came in time: the turn ends ``no_response`` and that is an error."""
+    def give_up(self, turn: LiveTurn, reason: str, *, code: str = NO_RESPONSE) -> None:
+        """No answer came in time: the turn ends ``no_response`` and that is an error —
+        ``lost_at_drop`` when its commit never reached the server (protocol/commits.py)."""
         if turn.finished.is_set():
             return
         run = self.run
+        commits = run.commits
+        if commits is not None:
+            lost = commits.lost_reason(turn) if code == NO_RESPONSE else None
+            if lost is not None:
+                code, reason = LOST_AT_DROP, f"lost at the drop: {lost}"
+            commits.forget(turn)
         t = now_ns()
         turn.frozen_ns = t
         turn.times.timed_out = True
@@ -106,13 +114,13 @@ class TurnAssembly:
         run.errors.append(
             {
                 "t_ms": run.t_ms(t),
-                "code": NO_RESPONSE,
+                "code": code,
                 "message": f"turn {turn.index}: {reason}",
                 "turn": turn.index,
             }
         )
         if run.artifacts is not None:
-            run.artifacts.note(t, "turn.no_response", turn=turn.index, reason=reason)
+            run.artifacts.note(t, f"turn.{code}", turn=turn.index, reason=reason)
         turn.done.set()
         self.finish(turn)
 

@@ -11,7 +11,6 @@ invariant or unanswered turn, 3 unreachable (raised), 130 Ctrl-C.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from duplexctl.errors import DuplexctlError
 from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.scenario.config import CliOptions
+from duplexctl.terminal import json_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +112,8 @@ def _run_one(job: ReplayJob, progress: Callable[[str], None]) -> int:
         from duplexctl.prometheus.summary import render_lines
 
         print("\n".join(render_lines(result.report["server_metrics"])))
+    if result.write_failure is not None:
+        raise result.write_failure  # one line: the path and the cause (exit 4)
     if result.interrupted:
         progress("interrupted: partial results")
     elif result.exit_code == 1:
@@ -154,9 +156,11 @@ def _run_suite(job: ReplayJob, paths: list[Path], progress: Callable[[str], None
             announce(job.out)
     _write_junit(job.junit, result.reports)
     if job.json_output:
-        print(json.dumps(result.document()))
+        print(json_text(result.document()))
     else:
         print("\n".join(table_lines(result)))
+    if result.write_failure is not None:
+        raise result.write_failure  # one line: the path and the cause (exit 4)
     if result.interrupted:
         progress("interrupted: the scenarios not run are listed")
     elif result.failed:

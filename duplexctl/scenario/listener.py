@@ -6,7 +6,10 @@ on the first trusted stop signal (a cancelled ``response.done``), starts the ans
 a committed turn (the server's ``speech_stopped`` / ``committed``), records errors, logs the
 wire trace, and keeps the record of every drop and resume — the scripted ones (a ``drop``
 step) and the ones the server caused, which the connection resumes by itself and which
-would otherwise look healthy (issue 17.4).
+would otherwise look healthy (issue 17.4). After a resume it sends what the server's resume
+says it never received (issue 31.4): the final playback acks (the playback duty decides) and
+the commits (the commit ledger decides, protocol/commits.py); a commit that cannot be
+recovered makes its turn lost at the drop.
 
 **Which response answers a turn.** Where a response opens when the model decides to speak
 (Qwen3-Omni, MiniCPM-o), it is bound to the turn it answers at ``response.created``. On a
@@ -42,11 +45,12 @@ from duplexctl.protocol.client_state import (
     SessionResumed,
     SpeechStopped,
 )
+from duplexctl.protocol.commits import LOST_AT_DROP, Verdicts
 from duplexctl.report.turns import ResumeTimes
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.model import TurnEnd
 from duplexctl.scenario.playback import ReplayPlayback
-from duplexctl.scenario.state import LiveTurn, PendingResume, RunState
+from duplexctl.scenario.state import LiveTurn, PendingResume, RunState, now_ns
 from duplexctl.units import NS_PER_MS, NS_PER_S
 
 BURST_GAP_NS: Final = 10 * NS_PER_MS  # frames closer than this after session.resumed = the replay
@@ -102,6 +106,12 @@ class Listener:
             self._log_recv(h)
         if run.resumes:
             self._count_burst(h)
+        commits = run.commits
+        if commits is not None and not isinstance(h, AudioDelta):
+            verdicts = commits.on_happening(h)
+            if verdicts.duplicate:  # our own commit sent twice: no news about a turn
+                return
+            self._decided(verdicts)
         if isinstance(h, AudioDelta):  # the most frequent, so first (the types exclude each other)
             self._audio(h)
         elif isinstance(h, ResponseCreated):
@@ -293,6 +303,8 @@ class Listener:
         """Open the record of one drop (and of its resume, pending) on ``turn``."""
         run = self.run
         cs = run.session
+        if run.commits is not None:
+            run.commits.dropped()
         r = PendingResume(
             ResumeTimes(t_drop=t_drop, automatic=automatic),
             dups_before=cs.duplicates_dropped,
@@ -314,8 +326,39 @@ class Listener:
         r = run.resumes[-1][1]
         return r if r.times.automatic and r.times.outcome == "pending" else None
 
+    def _decided(self, verdicts: Verdicts[LiveTurn | None]) -> None:
+        """Send what the commit ledger says is owed; end the turns it says are lost."""
+        run = self.run
+        commits = run.commits
+        assert commits is not None
+        if verdicts.barrier is not None:
+            run.send_soon(verdicts.barrier)
+        for turn, response_create in verdicts.resend:
+            if turn is not None and (turn.finished.is_set() or turn.response_id is not None):
+                continue
+            event = run.session.commit(response_create=response_create)
+            commits.resent(turn, event)
+            run.send_soon(event)
+            if run.artifacts is not None:
+                index = None if turn is None else turn.index
+                run.artifacts.note(now_ns(), "commit.resent", turn=index)
+        for turn, why in verdicts.lost:
+            if turn is not None:
+                self.assembly.give_up(turn, f"lost at the drop: {why}", code=LOST_AT_DROP)
+
+    def _after_resume(self, h: SessionResumed) -> None:
+        """Any resume (scripted or the server's): what its session object says the server
+        never received is owed again — the final playback ack, the commits."""
+        run = self.run
+        duty = self.playback.duty
+        if duty is not None:
+            duty.resumed(h.session)
+        if run.commits is not None:
+            self._decided(run.commits.resumed())
+
     def _resumed(self, h: SessionResumed) -> None:
         """An automatic resume succeeded: complete its record from the connection's."""
+        self._after_resume(h)
         pending = self._automatic_pending()
         conn = self.run.conn
         if pending is None or conn is None or not conn.timings.resumes:

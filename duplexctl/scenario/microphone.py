@@ -238,6 +238,8 @@ class ScriptedMicrophone:
         background instead of being lost: the microphone keeps its schedule."""
         run = self.run
         event = run.session.commit(response_create=True)
+        if run.commits is not None:
+            run.commits.sent(turn, event)
         sent = await run.send(event)
         turn.times.t_commit = sent or now_ns()
         self.assembly.committed(turn, turn.times.t_commit)

@@ -1,6 +1,7 @@
 """A replay run's report (the document report.json holds), its expectations, its exit code.
 
-Exit code (docs/architecture.md): 130 when interrupted; 1 when an expectation failed, the
+Exit code (docs/architecture.md): 4 when a file of ``--out`` could not be written (the run
+stopped there, issue 31.2); 130 when interrupted; 1 when an expectation failed, the
 protocol checker saw a violation, a problem stopped the run, or a turn went unanswered (no
 silent turns, issue 16.1); else 0.
 
@@ -25,6 +26,8 @@ from duplexctl.behaviour import fdb
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.behaviour.figures import Figures, ScriptedEvents, conversation_figures
 from duplexctl.behaviour.timeline import ASSISTANT, USER
+from duplexctl.errors import WriteFailed
+from duplexctl.protocol.commits import LOST_AT_DROP
 from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
@@ -42,11 +45,14 @@ class ReplayResult:
     violations: int
     interrupted: bool
     problems: list[str]
-    unanswered_turns: int = 0
+    unanswered_turns: int = 0  # no_response and lost at the drop: turns without an answer
     unanswered_tool_calls: int = 0
+    write_failure: WriteFailed | None = None  # --out could not be written: the run stopped
 
     @property
     def exit_code(self) -> int:
+        if self.write_failure is not None:
+            return self.write_failure.exit_code
         if self.interrupted:
             return 130
         return 1 if self.failure_reasons() else 0
@@ -72,7 +78,12 @@ def connection_summary(run: RunState) -> dict[str, Any]:
     resume_ms = [
         round((t.t_resumed - t.t_drop) / 1e6, 3) for t in resumes if t.t_resumed is not None
     ]
+    commits = run.commits
+    lost = [e.get("turn") for e in run.errors if e.get("code") == LOST_AT_DROP]
     return {
+        # commits the server's resume showed it never received (protocol/commits.py)
+        "commits_resent": commits.resent_count if commits is not None else 0,
+        "turns_lost_at_drop": lost,
         "drops": len(resumes),
         "scripted_drops": sum(not t.automatic for t in resumes),
         "resumes": sum(t.outcome == "resumed" for t in resumes),
@@ -271,6 +282,7 @@ class ReplayReport:
             ],
             "unanswered_turns": sum(e.get("code") == NO_RESPONSE for e in run.errors),
             "unanswered_tool_calls": sum(e.get("code") == UNANSWERED_CALL for e in run.errors),
+            "turns_lost_at_drop": sum(e.get("code") == LOST_AT_DROP for e in run.errors),
             "expectations": {"checked": checked, "failed": failed, "not_reached": not_reached},
             "violations": [v.to_dict() for v in checker.violations] if checker else [],
             "violation_counts": checker.counts() if checker else {},
@@ -318,8 +330,9 @@ class ReplayReport:
             violations=len(report["violations"]),
             interrupted=self.run.interrupted,
             problems=list(self.run.problems),
-            unanswered_turns=report["unanswered_turns"],
+            unanswered_turns=report["unanswered_turns"] + report["turns_lost_at_drop"],
             unanswered_tool_calls=report["unanswered_tool_calls"],
+            write_failure=self.run.writes.failure,
         )
         report["exit_code"] = result.exit_code
         return result

@@ -49,6 +49,7 @@ from duplexctl.audio.pacer import Pacer
 from duplexctl.client.connection import ConnectionOptions, DuplexConnection, OpenFailed
 from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
+from duplexctl.protocol.commits import CommitLedger
 from duplexctl.report.artifacts import RunArtifacts, write_report
 from duplexctl.report.turns import TurnRecord
 from duplexctl.scenario.assembly import TurnAssembly
@@ -56,7 +57,7 @@ from duplexctl.scenario.clips import SpokenClip, load_clips
 from duplexctl.scenario.config import ReplayConfig, check_pauses
 from duplexctl.scenario.listener import Listener
 from duplexctl.scenario.microphone import ScriptedMicrophone
-from duplexctl.scenario.model import Pace, Scenario
+from duplexctl.scenario.model import Pace, Scenario, TurnEnd
 from duplexctl.scenario.playback import ReplayPlayback
 from duplexctl.scenario.results import ReplayReport, ReplayResult
 from duplexctl.scenario.state import CLOSE_TIMEOUT_S, Headless, LiveTurn, PendingResume, RunState
@@ -194,11 +195,18 @@ class Replay:
         s = self.config.settings
         headless = self.headless
         if self.out_dir is not None:
+            loop = asyncio.get_running_loop()
+
+            def write_failed() -> None:  # from any thread (the scraper's too)
+                loop.call_soon_threadsafe(self._write_failed)
+
+            run.writes.on_failure(write_failed)
             run.artifacts = RunArtifacts(
                 self.out_dir,
                 origin_ns=run.origin_ns,
                 user_rate=s.input_rate,
                 conversation_rate=s.output_rate,
+                writes=run.writes,
             )
         close_timeout = CLOSE_TIMEOUT_S if headless is None else headless.close_timeout_s
         options = ConnectionOptions(
@@ -236,6 +244,8 @@ class Replay:
             self._finish_artifacts(error="interrupted while opening")
             raise
         conn = run.conn
+        if self.config.end_mode is TurnEnd.COMMIT and self.config.run["turn_detection"] == "none":
+            run.commits = CommitLedger(conn.session)  # the client alone commits: pairable
         self.listener.flush_open_log()
         self.playback.start()
         if headless is not None and headless.on_open is not None:
@@ -252,7 +262,9 @@ class Replay:
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if not steps.done():
-                if stop is not None and stop.is_set():
+                if run.writes.failure is not None:
+                    run.problems.append(str(run.writes.failure))
+                elif stop is not None and stop.is_set():
                     run.interrupted = True
                 else:
                     run.problems.append("the session ended before the scenario did")
@@ -271,6 +283,7 @@ class Replay:
             self.mic.close()
             await self.tools.close()
             run.closing = True
+            run.cancel_background()
             with contextlib.suppress(BaseException):
                 await asyncio.shield(conn.close(timeout=close_timeout))
             t_close = conn.timings.t_close_sent_ns
@@ -281,7 +294,20 @@ class Replay:
             self.tools.finish()  # a tool call nothing answered is an error of the run
             if ticker is not None:
                 ticker.print_finished_turns()  # a turn that finished on the last tick
-            run.status = "interrupted" if run.interrupted else "finished"
+            run.status = (
+                "write_failed"
+                if run.writes.failure is not None
+                else "interrupted"
+                if run.interrupted
+                else "finished"
+            )
+
+    def _write_failed(self) -> None:
+        """A file of ``--out`` could not be written: the run stops (its session is closed as
+        on every exit path) and ends with the write failure (exit 4)."""
+        run = self.state
+        run.ended_by = run.ended_by or str(run.writes.failure)
+        run.ended.set()
 
     def _finish_artifacts(
         self,
@@ -301,11 +327,15 @@ class Replay:
                 report["admission"], report["cause"] = admission, cause
         artifacts.write_report(report)
         artifacts.close()
-        if self.state.timeline is not None and self.config.pace is Pace.REALTIME:
-            self.report.export_full_duplex_bench(artifacts.dir)
+        writes = self.state.writes
+        if self.state.timeline is not None and self.config.pace is Pace.REALTIME and writes.ok:
+            try:
+                self.report.export_full_duplex_bench(artifacts.dir)
+            except OSError as exc:
+                writes.failed(artifacts.dir / "full_duplex_bench", exc)
         from duplexctl.report.html import replay_page
 
-        replay_page.write(artifacts.dir)
+        replay_page.write(artifacts.dir, writes)
 
 
 async def run_replay(
@@ -387,6 +417,7 @@ async def run_replay(
                     api_key=api_key,
                     out=out_dir,
                     ssl_context=tls_for(target.url),
+                    writes=replay.state.writes,
                 ) as scraper,
             ):
                 result = await replay.run(stop)
@@ -422,11 +453,13 @@ async def run_replay(
                 if note is not None:  # larger than configured: say why (the output unit)
                     behaviour.setdefault("notes", {})["stop_latency_ms"] = note
                     rewrite = True
+            writes = replay.state.writes
             if rewrite and out_dir is not None:
                 from duplexctl.report.html import replay_page
 
-                write_report(out_dir, result.report)
-                replay_page.write(out_dir)  # the page says what report.json now says
+                write_report(out_dir, result.report, writes)
+                replay_page.write(out_dir, writes)  # the page says what report.json now says
+            result.write_failure = writes.failure
             return result
     finally:
         if handle_sigint:

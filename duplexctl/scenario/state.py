@@ -21,8 +21,10 @@ from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.behaviour.timeline import ConversationTimeline
 from duplexctl.client.connection import ConnectionLostError, DuplexConnection
 from duplexctl.protocol.client_state import ClientSession
+from duplexctl.protocol.commits import CommitLedger
 from duplexctl.report.artifacts import RunArtifacts
 from duplexctl.report.turns import ResumeTimes, TurnRecord, TurnTimes
+from duplexctl.rundir import Writes
 from duplexctl.scenario.clips import AppendCache
 from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import Interrupt, Scenario
@@ -160,6 +162,12 @@ class RunState:
         self.origin_ns = now_ns()
         self.conn: DuplexConnection | None = None
         self.artifacts: RunArtifacts | None = None
+        # --out's writes: the first that fails stops the run (exit 4, duplexctl/rundir.py)
+        self.writes = Writes()
+        # the client's commits the server has not confirmed, across drops (turn_detection
+        # none: protocol/commits.py); what the listener sends for it goes out in the background
+        self.commits: CommitLedger[LiveTurn | None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
         # the aligned timeline of the behaviour figures (replay's and each load session's)
         # and what the script placed on it: pauses inside turns, on the user timeline u
         self.timeline: ConversationTimeline | None = ConversationTimeline()
@@ -283,6 +291,28 @@ class RunState:
         if self.artifacts is not None:
             self.artifacts.event("send", sent, event)
         return sent
+
+    def send_soon(self, event: dict[str, Any]) -> None:
+        """Send ``event`` from a synchronous part (the listener), as soon as the loop can;
+        it waits for a resume running, like every send."""
+        task = asyncio.get_running_loop().create_task(self._send_waiting(event))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _send_waiting(self, event: dict[str, Any]) -> None:
+        conn = self.conn
+        if conn is None or self.closing:
+            return
+        try:
+            sent = await conn.send(event)  # waits for a running resume
+        except ConnectionLostError:
+            return
+        if self.artifacts is not None:
+            self.artifacts.event("send", sent, event)
+
+    def cancel_background(self) -> None:
+        for task in list(self._background):
+            task.cancel()
 
     async def send_text(self, text: str) -> int | None:
         """:meth:`send` for an event already encoded (only used when nothing is traced)."""

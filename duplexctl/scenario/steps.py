@@ -109,7 +109,10 @@ class StepInterpreter:
             return turn
         if isinstance(step, Commit):
             turn = run.latest()
-            sent = await run.send(run.session.commit(response_create=step.response_create))
+            event = run.session.commit(response_create=step.response_create)
+            if run.commits is not None:
+                run.commits.sent(turn, event)
+            sent = await run.send(event)
             if turn is not None and turn.times.t_commit is None:
                 turn.times.t_commit = sent
                 if sent is not None and step.response_create:

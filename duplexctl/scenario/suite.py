@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from duplexctl.errors import BadInput
+from duplexctl.errors import BadInput, WriteFailed
 from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.scenario.config import CliOptions, resolve
@@ -58,6 +58,7 @@ class SuiteResult:
     interrupted: bool = False
     reports: list[dict[str, Any]] = field(default_factory=list)  # each scenario's report.json
     remote_write: dict[str, Any] | None = None  # --prometheus-rw: what the suite's pushes did
+    write_failure: WriteFailed | None = None  # a scenario's --out could not be written
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -148,7 +149,7 @@ async def run_suite(
         )
         if feed is not None:
             result.remote_write = feed.summary()
-    if out_dir is not None:
+    if out_dir is not None and result.write_failure is None:
         write_index(result, out_dir)
     return result
 
@@ -190,8 +191,9 @@ async def _run_planned(
         progress(
             f"scenario {name}: {row['verdict']}" + (f" ({row['why'][0]})" if row["why"] else "")
         )
-        if run.interrupted:
-            result.interrupted = True
+        if run.interrupted or run.write_failure is not None:
+            result.interrupted = run.interrupted
+            result.write_failure = run.write_failure
             result.skipped = [n for n, *_ in planned[i + 1 :]]
             break
 

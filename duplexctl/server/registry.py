@@ -26,6 +26,7 @@ from duplexctl.protocol.errors import ProtocolError
 from duplexctl.protocol.names import spell
 from duplexctl.server.config import ServerConfig
 from duplexctl.server.journal import Journal, JournalConflictError, JournalEntry, JournalGapError
+from duplexctl.terminal import visible
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +343,7 @@ class Registry:
             held = f"{self._slots_held} of {self.config.max_sessions} slots held"
             # a rejection can quote the client's own text: no control character reaches the
             # terminal, and one line stays one line
-            shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in what)
+            shown = visible(what)
             if len(shown) > 200:
                 shown = shown[:199] + "..."
             self.session_log(f"{shown} ({held})")

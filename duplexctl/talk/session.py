@@ -78,6 +78,7 @@ from duplexctl.protocol.client_state import (
 from duplexctl.protocol.playback_duty import PlaybackDuty
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.report.turns import BargeTimes, Delta, Figure, TurnRecord, TurnTimes, compute_turn
+from duplexctl.rundir import Writes
 from duplexctl.talk.barge import BargeInDetector, Onset
 from duplexctl.talk.config import TalkConfig
 from duplexctl.talk.echo import APM_RATES, MISSING_LINE, EchoCanceller, load_binding
@@ -445,10 +446,11 @@ class TalkSession:
             self.view.start()
             stack.callback(self.view.stop)
             await self._live()
+        failure = self.artifacts.writes.failure if self.artifacts is not None else None
         return TalkResult(
             stop_reason=self.stop_reason,
-            interrupted=self.interrupted,
-            error=self.error,
+            interrupted=self.interrupted and failure is None,
+            error=failure or self.error,
             session_id=self.conn.session.session_id if self.conn else None,
             turns=list(self.records),
             barge_ins=list(self.barge_ins),
@@ -633,13 +635,11 @@ class TalkSession:
         async for block in self.input.blocks():
             now = time.monotonic()
             if self.echo is not None:  # everything below hears the cleaned microphone
-                if self.mic_wav is not None:
-                    self.mic_wav.write(block.samples)
+                self._record_wav(self.mic_wav, block.samples)
                 block = self.echo.process(block, now)
                 self._show_echo(now)
             self.view.level(_dbfs(block.samples))
-            if self.user_wav is not None:
-                self.user_wav.write(block.samples)
+            self._record_wav(self.user_wav, block.samples)
             armed = self.config.barge_in != "off" and self.output.busy() and self._speaking()
             heard = block if self.echo is None else self.echo.for_barge_in or block
             onset = detector.feed(heard, armed=armed, now=now)
@@ -886,6 +886,8 @@ class TalkSession:
                 f"resumed session {h.session_id}{took} (generation {h.attachment_generation})"
             )
             self.view.set_state(connection=f"resumed (generation {h.attachment_generation})")
+            if self.duty is not None:  # a final ack the resume shows lost is owed again
+                self.duty.resumed(h.session)
             if self.artifacts is not None:
                 self.artifacts.note(h.recv_ns, "session.resumed", resume_ms=rec and rec.resume_ms)
         elif isinstance(h, SessionClosed):
@@ -1131,18 +1133,43 @@ class TalkSession:
         from duplexctl.audio.writers import WavWriter
         from duplexctl.report.artifacts import RunArtifacts
 
-        self.artifacts = RunArtifacts(
+        # a file that cannot be written stops the conversation (exit 4, duplexctl/rundir.py)
+        loop = asyncio.get_running_loop()
+
+        def write_failed() -> None:
+            loop.call_soon_threadsafe(self._write_failed)
+
+        self.artifacts = artifacts = RunArtifacts(
             out_dir,
             origin_ns=time.monotonic_ns(),
             user_rate=settings.input_rate,
             conversation_rate=settings.output_rate,
+            writes=Writes(write_failed),
         )
-        self.user_wav = WavWriter(Path(out_dir) / "user.wav", settings.input_rate)
+        with artifacts.writing(Path(out_dir) / "user.wav"):
+            self.user_wav = WavWriter(Path(out_dir) / "user.wav", settings.input_rate)
         mic = ""
         if self.echo is not None:  # user.wav is what was sent: the cleaned microphone
-            self.mic_wav = WavWriter(Path(out_dir) / "mic.wav", settings.input_rate)
+            with artifacts.writing(Path(out_dir) / "mic.wav"):
+                self.mic_wav = WavWriter(Path(out_dir) / "mic.wav", settings.input_rate)
             mic = ", mic.wav (before echo cancellation)"
         self.view.info(f"recording to {out_dir}/ (conversation.wav, user.wav{mic}, events.jsonl)")
+
+    def _write_failed(self) -> None:
+        """A ``--record`` file could not be written: the conversation stops as on ``q`` (the
+        session closed, the files kept as they were) and the run ends with that error."""
+        assert self.artifacts is not None
+        if self.error is None:
+            self.error = self.artifacts.writes.failure
+        self._request_stop("write failed")
+
+    def _record_wav(self, wav: Any, samples: Any) -> None:
+        """One block into user.wav or mic.wav (a write that fails stops the run)."""
+        artifacts = self.artifacts
+        if wav is None or artifacts is None or not artifacts.writes.ok:
+            return
+        with artifacts.writing(wav.path):
+            wav.write(samples)
 
     def _report(self) -> dict[str, Any]:
         from duplexctl.report.artifacts import redact
@@ -1204,9 +1231,8 @@ class TalkSession:
         }
 
     def _write_report(self) -> None:
-        if self.artifacts is not None:
-            with contextlib.suppress(OSError):
-                self.artifacts.write_report(self._report())
+        if self.artifacts is not None:  # a write that fails goes to the run's writes
+            self.artifacts.write_report(self._report())
 
     def _close_record(self) -> None:
         if self.artifacts is None:
@@ -1227,6 +1253,8 @@ class TalkSession:
         artifacts = self.artifacts
         origin = artifacts.origin_ns
         ends = [(u.t_eos_ns - origin) / NS_PER_MS for u in self.utterances if u.t_eos_ns]
+        if not artifacts.writes.ok:
+            return
         with contextlib.suppress(OSError, RuntimeError):  # no audio recorded: no figures
             figures = recorded_figures(artifacts.dir / "conversation.wav", ends)
             artifacts.write_report({**self._report(), "behaviour": figures.to_json()})

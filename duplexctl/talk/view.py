@@ -89,9 +89,9 @@ class LiveView:
     """A rich ``Live`` panel: session state, microphone meter, transcript, turn table."""
 
     def __init__(self) -> None:
-        from rich.console import Console
+        from duplexctl.terminal import console
 
-        self.console = Console()
+        self.console = console()
         self.state: dict[str, Any] = {}
         self.db = -120.0
         self.peak_db = -120.0

@@ -18,7 +18,15 @@ Kinds (``hostile(kind, ...)``):
   docs/protocol.md §1.4, a reply per commit, heartbeats, close; ``script.after_handshake``
   frames (malformed events) are sent right after ``session.updated``; ``drop_mid_reply``
   aborts TCP after that many audio deltas; ``refuse_resume`` answers every resume with
-  ``invalid_resume_token`` and ends the connection
+  ``invalid_resume_token`` and ends the connection; ``plant`` puts a string (terminal escape
+  sequences: :data:`PLANTED`) in every field a client shows — the session id, the model, the
+  capabilities, an error's code and message, the answer's transcript — and ``refuse_open``
+  answers the opening ``session.update`` with that error instead; and the ways of a server
+  that keeps ending connections (issue 31.3): ``drop_every`` aborts TCP after that many
+  frames sent on each connection (resumes accepted), ``on_close`` answers ``session.close``
+  with ``"drop"`` (TCP abort), ``"ignore"`` (nothing) or ``"closed"`` (the default),
+  ``hang_resume`` never answers a resume, ``stop_reading`` stops reading the socket after the
+  handshake (the client's writes back up)
 * ``plain_http``       an HTTP server answering 200 with a web page (not a websocket)
 * ``http_404``         an HTTP server answering 404 to every path
 * ``silent_tcp``       accepts TCP, says nothing (upgrade — or TLS handshake — never answered)
@@ -35,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import ssl
 import tempfile
@@ -57,6 +66,14 @@ DELTA_B64 = base64.b64encode(bytes(4800)).decode()
 
 Frame = str | bytes
 
+#: What a hostile server plants in the strings a client shows (issue 31.1): clear the screen,
+#: retitle the window (OSC 0), write the clipboard (OSC 52), ring the bell, a C1 CSI, DEL,
+#: and rich markup. Its first character makes a spreadsheet cell a formula.
+PLANTED = (
+    "=cmd|'/C calc'!A0 \x1b[2J\x1b]0;pwned\x07\x1b]52;c;cHduZWQ=\x07\x07\x9b31m\x7f"
+    "[bold red on white]markup[/] [link=https://example.invalid]link[/link]"
+)
+
 
 @dataclass
 class Script:
@@ -69,6 +86,12 @@ class Script:
     close_after_script: bool = False  # end the session (session.closed) after the frames
     frame_gap_s: float = 0.0
     created_delay_s: float = 0.0  # a slow model load: session.created this late
+    plant: str | None = None  # in every string a client shows (see the module docstring)
+    refuse_open: bool = False  # with plant: the opening session.update gets an error
+    drop_every: int | None = None  # abort TCP after this many frames sent on a connection
+    on_close: str = "closed"  # session.close: "closed" | "drop" | "ignore"
+    hang_resume: bool = False  # session.resume never answered
+    stop_reading: bool = False  # after the handshake, the socket is never read again
 
 
 @dataclass
@@ -91,24 +114,36 @@ def event(etype: str, seq: int | None = None, **fields: Any) -> dict[str, Any]:
     return out
 
 
-def session_created() -> dict[str, Any]:
-    session = {
+def session_created(plant: str | None = None) -> dict[str, Any]:
+    session: dict[str, Any] = {
         "id": SESSION_ID,
         "object": "realtime.session",
         "state": "open",
         "capabilities": {"supports_session_resume": True, "supports_client_commit": True},
     }
+    if plant is not None:
+        session["id"] = SESSION_ID + plant
+        session["model"] = plant
+        session["capabilities"]["implementation_level"] = plant
     return event(
         "session.created", session=session, attachment_generation=1, resume_token="tok-" + "a" * 40
     )
 
 
-def reply_frames(seq: int, deltas: int, response_id: str = RESPONSE_ID) -> list[dict[str, Any]]:
+def planted_error(plant: str, seq: int | None = None) -> dict[str, Any]:
+    error = {"type": "invalid_request_error", "code": plant, "message": plant}
+    return event("error", seq, error=error)
+
+
+def reply_frames(
+    seq: int, deltas: int, response_id: str = RESPONSE_ID, transcript: str | None = None
+) -> list[dict[str, Any]]:
     """One complete reply (docs/protocol.md §4.2), sequenced from ``seq``."""
     frames = [
         event("response.created", response_id=response_id, response={"id": response_id}),
         event("response.speak", response_id=response_id, metadata={"epoch": 0}),
     ]
+
     for k in range(deltas):
         frames.append(
             event(
@@ -119,6 +154,15 @@ def reply_frames(seq: int, deltas: int, response_id: str = RESPONSE_ID) -> list[
                 format="pcm16",
                 sample_rate_hz=24000,
                 metadata={"epoch": 0, "audio_duration_ms": 100 * (k + 1)},
+            )
+        )
+    if transcript is not None:
+        frames.append(
+            event(
+                "response.output_audio_transcript.delta",
+                response_id=response_id,
+                item_id=f"item_{response_id}",
+                delta=transcript,
             )
         )
     frames.append(
@@ -143,34 +187,57 @@ class _Duplex:
 
     async def __call__(self, ws: ServerConnection) -> None:
         seq = 0
+        sent = 0
+        script = self.script
+
+        async def send(data: Frame) -> None:  # drop_every: the connection ends after N frames
+            nonlocal sent
+            await ws.send(data)
+            sent += 1
+            if script.drop_every is not None and sent >= script.drop_every:
+                ws.transport.abort()
+                raise ConnectionClosed(None, None)
+
         try:
             async for raw in ws:
                 frame = _decode(raw)
                 self.server.received.append(frame)
                 etype = frame.get("type") if isinstance(frame, dict) else None
                 if etype == "session.update":
+                    plant = self.script.plant
                     await asyncio.sleep(self.script.created_delay_s)
-                    await ws.send(json.dumps(session_created()))
+                    if plant is not None and self.script.refuse_open:
+                        await send(json.dumps(planted_error(plant)))
+                        ws.transport.abort()
+                        return
+                    await send(json.dumps(session_created(plant)))
                     seq += 1
-                    await ws.send(json.dumps(event("session.updated", seq, session={})))
+                    await send(json.dumps(event("session.updated", seq, session={})))
+                    if script.stop_reading:  # the client's writes back up from here on
+                        await asyncio.Event().wait()
+                    if plant is not None:
+                        seq += 1
+                        await send(json.dumps(planted_error(plant, seq)))
                     for extra in self.script.after_handshake:
                         if self.script.frame_gap_s:
                             await asyncio.sleep(self.script.frame_gap_s)
-                        await ws.send(extra)
+                        await send(extra)
                         seq = max(seq, _seq_of(extra))  # later replies number after it
                     if self.script.close_after_script:
                         seq += 1
-                        await ws.send(json.dumps(event("session.closed", seq, reason="bye")))
+                        await send(json.dumps(event("session.closed", seq, reason="bye")))
                         await ws.close()
                         return
                 elif etype == "session.resume":
+                    if script.hang_resume:
+                        continue
                     if self.script.refuse_resume:
                         err = {
                             "type": "invalid_request_error",
                             "code": "invalid_resume_token",
                             "message": "resume token does not match",
                         }
-                        await ws.send(json.dumps(event("error", error=err)))
+                        await send(json.dumps(event("error", error=err)))
                         ws.transport.abort()
                         return
                     seq = int(frame.get("last_received_server_event_seq") or 0)
@@ -181,13 +248,18 @@ class _Duplex:
                         attachment_generation=2,
                         resume_token="tok-" + "b" * 40,
                     )
-                    await ws.send(json.dumps(resumed))
+                    await send(json.dumps(resumed))
                 elif etype == "session.heartbeat":
                     seq += 1
-                    await ws.send(json.dumps(event("session.heartbeat_ack", seq)))
+                    await send(json.dumps(event("session.heartbeat_ack", seq)))
                 elif etype == "session.close":
+                    if script.on_close == "drop":
+                        ws.transport.abort()
+                        return
+                    if script.on_close == "ignore":
+                        continue
                     seq += 1
-                    await ws.send(json.dumps(event("session.closed", seq, reason="client_close")))
+                    await send(json.dumps(event("session.closed", seq, reason="client_close")))
                     await ws.close()
                     return
                 elif etype == "response.create" or (
@@ -195,7 +267,7 @@ class _Duplex:
                 ):
                     self.replies += 1
                     rid = f"resp-{SESSION_ID}-0-{self.replies:08x}"
-                    frames = reply_frames(seq + 1, self.script.deltas, rid)
+                    frames = reply_frames(seq + 1, self.script.deltas, rid, self.script.plant)
                     for i, reply in enumerate(frames):
                         if (
                             self.script.drop_mid_reply is not None
@@ -203,7 +275,7 @@ class _Duplex:
                         ):
                             ws.transport.abort()
                             return
-                        await ws.send(json.dumps(reply))
+                        await send(json.dumps(reply))
                         seq = reply["server_event_seq"]
         except ConnectionClosed:
             return
@@ -505,10 +577,11 @@ def malformed_stream(rng: Any, *, frames: int = 12, mutation_rate: float = 0.4) 
     return out
 
 
-async def replay_against(stream: list[Frame]) -> Any:
+async def replay_against(stream: list[Frame], script: Script | None = None) -> Any:
     """One replay run through the runner's library entry point (a short clip, a client
     commit, fast pace, 1 s response timeout) against a ``duplex`` server that sends
-    ``stream`` right after its correct handshake (and then answers the commit)."""
+    ``stream`` right after its correct handshake (and then answers the commit); ``script``
+    adds its other ways (``stream`` replaces its ``after_handshake``)."""
     from duplexctl.scenario.config import CliOptions, resolve
     from duplexctl.scenario.parse import load_inputs
     from duplexctl.scenario.runner import Replay
@@ -518,5 +591,16 @@ async def replay_against(stream: list[Frame]) -> Any:
         CliOptions(turn_detection="none", commit=True, pace="fast", response_timeout_s=1.0),
         scenario.settings,
     )
-    async with hostile("duplex", script=Script(after_handshake=stream)) as server:
+    script = dataclasses.replace(script or Script(), after_handshake=stream)
+    async with hostile("duplex", script=script) as server:
         return await Replay(scenario, config, server.url).run()
+
+
+def ending_script(rng: Any) -> Script:
+    """A server that keeps ending connections (issue 31.3), its ways drawn from ``rng``."""
+    return Script(
+        drop_every=rng.choice([1, 2, 3, 4, 6, 8]),
+        on_close=rng.choice(["closed", "drop", "ignore"]),
+        hang_resume=rng.random() < 0.3,
+        refuse_resume=rng.random() < 0.1,
+    )

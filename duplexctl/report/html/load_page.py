@@ -22,6 +22,7 @@ from duplexctl.report.html import server_metrics as sm
 from duplexctl.report.load_report import measured_nothing, server_audio, tally_of
 from duplexctl.report.slices import run_span_s
 from duplexctl.report.slo import parse_slo
+from duplexctl.rundir import Writes
 
 #: the HDR charts: which figures go together (same unit, same question)
 CURVE_GROUPS: Final = (
@@ -295,10 +296,10 @@ def slices_note(report: Mapping[str, Any], slices: Sequence[Mapping[str, Any]]) 
     return ""
 
 
-def write(report: Mapping[str, Any], out_dir: Path) -> Path | None:
+def write(report: Mapping[str, Any], out_dir: Path, writes: Writes | None = None) -> Path | None:
     """``load --out DIR``: DIR/report.html beside report.json (the run keeps its exit code
     if the page fails: see :func:`page.write_beside`)."""
-    return page.write_beside(lambda: build(report), out_dir)
+    return page.write_beside(lambda: build(report), out_dir, writes)
 
 
 def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[str, str]]]:

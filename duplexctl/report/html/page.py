@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from duplexctl import __version__
+from duplexctl import __version__, rundir
+from duplexctl.errors import WriteFailed
 
 PAGE_NAME: Final = "report.html"
 #: what the bundle exposes to the page's own script: only vegaEmbed
@@ -72,7 +73,7 @@ def vega_runtime() -> str:
     bundle: str = vl_convert.javascript_bundle(_EXPOSE, vl_version=version)
     # the bundle ends up inside <script>: a literal "</script" in it would close the element
     bundle = bundle.replace("</script", "<\\/script")
-    with contextlib.suppress(OSError):  # no writable cache: bundle again next time
+    with contextlib.suppress(WriteFailed):  # no writable cache: bundle again next time
         write_atomic(cache, bundle)
     return bundle
 
@@ -141,24 +142,39 @@ def render_verdict(
 
 
 def write_atomic(path: Path, html: str) -> Path:
-    """Write then rename: a reader (or a Ctrl-C) never sees half a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write then rename: a reader (or a Ctrl-C) never sees half a page (rundir.write_atomic;
+    a write that fails is :class:`~duplexctl.errors.WriteFailed`)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteFailed(path.parent, exc) from None
+    rundir.write_atomic(path, html)
     return path
 
 
-def write_beside(build: Callable[[], str], out_dir: Path) -> Path | None:
+def write_beside(
+    build: Callable[[], str], out_dir: Path, writes: rundir.Writes | None = None
+) -> Path | None:
     """``--out DIR``'s report.html, written at the end of a run (or on Ctrl-C).
 
     The run's data is already saved (report.json …) when this is called; a page that cannot
     be built must not cost the run its exit code, so the failure is one warning line and
-    the JSON stays the record."""
+    the JSON stays the record. A write that fails goes to the run's ``writes`` (exit 4, said
+    once); after one, nothing is attempted."""
+    if writes is not None and not writes.ok:
+        return None
+    path = out_dir / PAGE_NAME
     try:
-        return write_atomic(out_dir / PAGE_NAME, build())
+        html = build()
     except Exception as exc:  # reported, not raised: see the docstring
-        print(f"duplexctl: warning: {out_dir / PAGE_NAME} not written: {exc!r}", file=sys.stderr)
+        print(f"duplexctl: warning: {path} not written: {exc!r}", file=sys.stderr)
+        return None
+    if writes is not None:
+        return path if rundir.write_atomic(path, html, writes) else None
+    try:
+        return write_atomic(path, html)
+    except WriteFailed as exc:
+        print(f"duplexctl: warning: {path} not written: {exc}", file=sys.stderr)
         return None
 
 

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from duplexctl.report.html import charts, page
 from duplexctl.report.load_report import write_json_atomic
+from duplexctl.rundir import Writes
 
 KIND: Final = "duplexctl.probe"
 
@@ -48,7 +49,8 @@ def build(doc: Mapping[str, Any]) -> str:
     )
 
 
-def save(out_dir: Path, doc: Mapping[str, Any]) -> None:
-    """``probe --out DIR``: report.json (atomic) and report.html, as they stand now."""
-    write_json_atomic(out_dir / "report.json", {"kind": KIND, **doc})
-    page.write_beside(lambda: build(doc), out_dir)
+def save(out_dir: Path, doc: Mapping[str, Any], writes: Writes | None = None) -> None:
+    """``probe --out DIR``: report.json (atomic) and report.html, as they stand now; a write
+    that fails goes to ``writes`` (else it raises WriteFailed)."""
+    write_json_atomic(out_dir / "report.json", {"kind": KIND, **doc}, writes)
+    page.write_beside(lambda: build(doc), out_dir, writes)

@@ -21,6 +21,7 @@ import numpy as np
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.errors import BadInput
 from duplexctl.report.html import charts, page
+from duplexctl.rundir import Writes
 
 USER: Final = "user (as sent)"
 ASSISTANT: Final = "assistant (as heard)"
@@ -259,9 +260,9 @@ def expectation_text(e: Mapping[str, Any], *, reached: bool = True) -> str:
     return text + (f" — {e['why']}" if e.get("why") else "")
 
 
-def write(run_dir: Path) -> Path | None:
+def write(run_dir: Path, writes: Writes | None = None) -> Path | None:
     """``replay --out DIR``: DIR/report.html (see :func:`page.write_beside`)."""
-    return page.write_beside(lambda: build(run_dir), run_dir)
+    return page.write_beside(lambda: build(run_dir), run_dir, writes)
 
 
 def verdict_of(report: Mapping[str, Any]) -> tuple[tuple[str, str], list[tuple[str, str]]]:

@@ -180,6 +180,19 @@ class InputLane:
             ctx.err("input_backpressure", "Duplex session has too many pending turns", cmd.event_id)
             return
         deferred = self._responses.owns_turn()
+        if deferred and not ctx.native and self._responses.records.active is None:
+            # the previous answer has ended but its audio is not all acknowledged: it still
+            # owns the turn, and 0.30.0 keeps the audio spoken over it out of the input buffer,
+            # so the commit finds it empty (wire/commit_at_drop.jsonl: a final playback.ack
+            # lost at a drop; the same without a drop). Deferring it instead left it
+            # unanswered for good, and later commits ended in input_backpressure.
+            utterance.drop()
+            ctx.err(
+                "input_audio_buffer_empty",
+                "input_audio_buffer.commit requires a non-empty input audio buffer",
+                cmd.event_id,
+            )
+            return
         turn = utterance.commit(
             audio_end_ms=0, deferred=deferred, response_create=a["response_create"]
         )
