@@ -51,6 +51,7 @@ def _report(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
 
 
+@pytest.mark.timing  # the runs' stop latencies are bounded to ±30 ms (a quiet machine)
 @pytest.mark.slow
 def test_load_writes_every_sessions_trials(runs: dict[str, Path]) -> None:
     lines = [json.loads(x) for x in (runs["a1"] / "behaviour.jsonl").read_text().splitlines()]
@@ -65,6 +66,7 @@ def test_load_writes_every_sessions_trials(runs: dict[str, Path]) -> None:
     assert report["figures"]["stop_latency_ms"]["n"] == int(SESSIONS)
 
 
+@pytest.mark.timing  # the runs' stop latencies are bounded to ±30 ms (a quiet machine)
 def test_worker_parts_and_merged_runs_keep_every_trial(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -77,6 +79,7 @@ def test_worker_parts_and_merged_runs_keep_every_trial(
     assert len(merged) == 2 * int(SESSIONS)
 
 
+@pytest.mark.timing  # the runs' stop latencies are bounded to ±30 ms (a quiet machine)
 def test_a_a_flags_no_behaviour_figure(runs: dict[str, Path]) -> None:
     done = _report(str(runs["a1"]), str(runs["a2"]), "--compare", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -88,6 +91,7 @@ def test_a_a_flags_no_behaviour_figure(runs: dict[str, Path]) -> None:
     assert not [r for r in rows if r["flagged"]], rows
 
 
+@pytest.mark.timing  # the runs' stop latencies are bounded to ±30 ms (a quiet machine)
 def test_a_later_stop_is_flagged_and_fails_the_threshold(runs: dict[str, Path]) -> None:
     done = _report(str(runs["a1"]), str(runs["b"]), "--compare", "--fail-on-regression", "10")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -103,6 +107,7 @@ def test_a_later_stop_is_flagged_and_fails_the_threshold(runs: dict[str, Path]) 
 def _written(folder: Path, takeovers: list[int], pauses: int = 10) -> Path:
     """A run folder as load's recorder writes it: one conversation per entry, each with
     ``pauses`` pause trials and that many takeovers."""
+    folder.mkdir()  # as load --out makes it (rundir.prepare_run_dir)
     rec = Recorder(origin=time.monotonic(), out_dir=folder)
     for k in takeovers:
         rec.behaviour(time.monotonic(), Figures(pause_trials=pauses, takeovers=k))

@@ -531,7 +531,7 @@ def test_bad_aec_value_is_one_line_exit_2() -> None:
     )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert "--aec must be one of on, off" in lines[0]
+    assert "--aec: 'maybe' is not one of 'on', 'off'" in lines[0]
 
 
 def test_barge_in_hears_the_user_at_once_and_never_the_echo_leaks() -> None:

@@ -110,7 +110,7 @@ class Recorder(RunTally, Sink):
         self.seconds: SecondTally | None = None
         self._behaviour_file: JsonLines | None = None
         if out_dir is not None:
-            writes = writes if writes is not None else Writes()
+            # without a run's Writes (a test, a tool) a failed write raises WriteFailed at once
             suffix = "" if worker == 0 else f".w{worker}"
             self._turns_file = JsonLines(out_dir / f"turns{suffix}.jsonl", writes, append=True)
             self._sessions_file = JsonLines(

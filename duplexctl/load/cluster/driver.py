@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from duplexctl.errors import BadInput
+from duplexctl.errors import BadInput, WriteFailed
 from duplexctl.export import live as live_export
 from duplexctl.load.cluster.actor import LoadWorker
 from duplexctl.load.cluster.connect import ACTOR_CONCURRENCY, ACTOR_CPUS, connect, place
@@ -360,7 +360,12 @@ class ClusterRun:
                 chunk_ms=self.chunk_ms,
                 url=self.url,
             )
-            write_outputs(self.out / "workers" / f"w{index}", report)
+            own = self.out / "workers" / f"w{index}"
+            try:
+                own.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise WriteFailed(own, exc) from None
+            write_outputs(own, report)
 
 
 async def in_cluster(
