@@ -50,26 +50,71 @@ def engine_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+#: fixture name -> what stops the shared server behind it (see pytest_runtest_teardown)
+_RELEASE: dict[str, Callable[[], None]] = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """A shared server (the peers, the Ray cluster) is stopped as soon as the next test this
+    process runs does not use it, not at the end of the session: an idle peer polls at ~10 %
+    of a core and an idle cluster costs its daemons' share, for the rest of a 12-minute run
+    on a 2-core machine, beside the timed tests of the quiet lane. A later test that needs it
+    again starts it again (tests that share it run in one group, one after another, so that
+    is rare)."""
+    result = yield
+    for fixture, release in _RELEASE.items():
+        if _uses(item, fixture) and (nextitem is None or not _uses(nextitem, fixture)):
+            release()
+    return result
+
+
+def _uses(item: pytest.Item, fixture: str) -> bool:
+    """``item`` takes ``fixture``, or says so by its marker (a module fixture that asks for
+    it with ``request.getfixturevalue`` does not name it)."""
+    return (
+        fixture in getattr(item, "fixturenames", ()) or item.get_closest_marker(fixture) is not None
+    )
+
+
 @pytest.fixture(scope="session")
-def peer() -> Iterator[Callable[..., PeerServer]]:
-    """``peer("--max-sessions", "2")`` -> a running peer (shared by tests asking the same)."""
+def _peer_pool() -> Iterator[PeerPool]:
     missing = peer_missing()
     if missing:
         pytest.skip(missing)
     pool = PeerPool(ROOT / ".pytest_cache")
+    _RELEASE["peer"] = pool.stop
     try:
-        yield pool.start
+        yield pool
     finally:
+        _RELEASE.pop("peer", None)
         pool.stop()
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[Any]:
-    """The test session's two-node Ray cluster (``support.cluster.two_node_cluster``)."""
-    from support.cluster import two_node_cluster
+@pytest.fixture(scope="module")  # module fixtures take it; the pool restarts what it stopped
+def peer(_peer_pool: PeerPool) -> Callable[..., PeerServer]:
+    """``peer("--max-sessions", "2")`` -> a running peer (shared by tests asking the same)."""
+    return _peer_pool.start
 
-    with two_node_cluster() as c:
-        yield c
+
+@pytest.fixture(scope="session")
+def _clusters() -> Iterator[Any]:
+    from support.cluster import SharedCluster
+
+    shared = SharedCluster()
+    _RELEASE["cluster"] = shared.release
+    try:
+        yield shared
+    finally:
+        _RELEASE.pop("cluster", None)
+        shared.release()
+
+
+@pytest.fixture
+def cluster(_clusters: Any) -> Any:
+    """The two-node Ray cluster (``support.cluster.two_node_cluster``), started by the first
+    test that needs it and shared by the ones that follow it."""
+    return _clusters.get()
 
 
 @pytest.fixture(scope="session", autouse=True)

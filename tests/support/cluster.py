@@ -9,6 +9,7 @@ process of the machine, not only the suite's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -45,6 +46,27 @@ def two_node_cluster() -> Iterator[Any]:
         yield c
     finally:
         c.shutdown()
+
+
+class SharedCluster:
+    """The cluster of :func:`two_node_cluster`, started on first use; :meth:`release` shuts
+    it down (the next :meth:`get` starts a new one)."""
+
+    def __init__(self) -> None:
+        self._running: contextlib.ExitStack | None = None
+        self._cluster: Any = None
+
+    def get(self) -> Any:
+        if self._running is None:
+            stack = contextlib.ExitStack()
+            self._cluster = stack.enter_context(two_node_cluster())
+            self._running = stack
+        return self._cluster
+
+    def release(self) -> None:
+        stack, self._running, self._cluster = self._running, None, None
+        if stack is not None:
+            stack.close()
 
 
 def client_server_logs(cluster: Any, tail: int = 1500) -> str:

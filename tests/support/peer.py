@@ -1,6 +1,6 @@
 """The real vLLM-Omni peer (the kit of docs/testing.md): started on a free loopback port per
 argument set, polled on ``/health``, shared by every test asking for the same arguments, and
-stopped at the end of the test session (``PeerPool.stop``)."""
+stopped once the tests that use it are done (``PeerPool.stop``, from ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -81,12 +81,15 @@ class PeerPool:
         return server
 
     def stop(self) -> None:
-        for server in self.running.values():
+        """Stop every running peer (a later :meth:`start` starts its own again)."""
+        running, self.running = list(self.running.values()), {}
+        logs, self.logs = self.logs, []
+        for server in running:
             server.process.terminate()
-        for server in self.running.values():
+        for server in running:
             try:
                 server.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 server.process.kill()
-        for log in self.logs:
+        for log in logs:
             log.close()

@@ -37,8 +37,12 @@ from duplexctl.load.engine import Plan, make_plan
 from duplexctl.load.lifeline import Lifeline
 from duplexctl.load.workers import loop_runner, run_share
 
-#: No beat from the driver for this long: the driver is gone, the sessions are closed.
-HEARTBEAT_TIMEOUT_S: Final = 5.0
+#: No beat from the driver for this long: the driver is gone, the sessions are closed. The
+#: same silence after which the driver counts the actor lost (its ``LOST_AFTER_S`` is this):
+#: at 5 s, on a busy host, an actor created 6 s before its sibling gave up while the driver
+#: was still waiting for that sibling (a two-node test run under parallel load), and an
+#: actor that gives up first only turns a slow cluster into a failed run.
+HEARTBEAT_TIMEOUT_S: Final = 15.0
 #: A checkpoint of the recorder at least this often (kept by the driver if the node dies).
 CHECKPOINT_MIN_S: Final = 2.0
 

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from duplexctl.errors import BadInput, WriteFailed
 from duplexctl.export import live as live_export
-from duplexctl.load.cluster.actor import LoadWorker
+from duplexctl.load.cluster.actor import HEARTBEAT_TIMEOUT_S, LoadWorker
 from duplexctl.load.cluster.connect import ACTOR_CONCURRENCY, ACTOR_CPUS, connect, place
 from duplexctl.load.cluster.seconds import ClusterSeconds
 from duplexctl.load.config import LoadConfig
@@ -49,8 +49,9 @@ from duplexctl.report.tally import RunTally
 POLL_S: Final = 0.5
 CALL_TIMEOUT_S: Final = 10.0
 PREPARE_TIMEOUT_S: Final = 120.0
-#: An actor that has not answered a poll for this long is counted lost (and killed).
-LOST_AFTER_S: Final = 15.0
+#: An actor that has not answered a poll for this long is counted lost (and killed); the
+#: actor gives up on the driver after the same silence.
+LOST_AFTER_S: Final = HEARTBEAT_TIMEOUT_S
 CLOCK_SAMPLES: Final = 5
 START_MARGIN_S: Final = 0.5
 #: After the run's end (or Ctrl-C): the time the actors get to close and report.
