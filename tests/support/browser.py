@@ -112,19 +112,27 @@ def _browser() -> Any:
 
 
 def _at_its_priority(executable: str) -> str:
-    """``executable`` behind a launcher that takes away the right to raise its own CPU
-    priority (``setpriv --bounding-set -sys_nice``), so Chromium runs at the priority of the
-    test that opened the first page. Run as root it raised its browser process to nice -8,
-    above every timed test of the quiet lane (docs/testing.md "Lanes and groups"), whose
-    one-session loads then could not keep real time while a page rendered. Without setpriv,
-    ``executable`` itself."""
+    """``executable`` behind a launcher that keeps Chromium at the CPU priority of the test
+    that opened the first page (docs/testing.md "Lanes and groups"). Two things lifted it
+    above the quiet lane's timed loads, which then failed as invalid_pacing at one session:
+
+    * run as root, Chromium raised its browser process to nice -8: the launcher takes that
+      right away (``setpriv --bounding-set -sys_nice``);
+    * Playwright starts the browser in a session of its own (``setsid``), and with Linux's
+      autogroup scheduling (``kernel.sched_autogroup_enabled``, on here) a session is a group
+      that shares the CPU with the test run's session as an equal, whatever the niceness of
+      the processes inside: the launcher gives its group the niceness it inherited.
+
+    Without setpriv, ``executable`` itself."""
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         return executable
     folder = Path(tempfile.mkdtemp(prefix="duplexctl-chromium-"))
     launcher = folder / "chromium"
     launcher.write_text(
-        f'#!/bin/sh\nexec {setpriv} --bounding-set -sys_nice -- {executable} "$@"\n'
+        "#!/bin/sh\n"
+        'echo "$(nice)" > /proc/self/autogroup 2>/dev/null\n'
+        f'exec {setpriv} --bounding-set -sys_nice -- {executable} "$@"\n'
     )
     launcher.chmod(0o755)
     return str(launcher)
