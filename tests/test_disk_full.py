@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -122,3 +123,31 @@ def test_a_line_that_does_not_fit_is_not_written_at_all() -> None:
         assert not write_atomic(disk / "r.json", b"[" + b"1," * 100000 + b"1]", Writes())
         assert (disk / "r.json").read_bytes() == b"{}"
         assert assert_readable(disk) == ["r.json"]
+
+
+def test_report_out_on_a_full_disk_is_one_line_and_exit_4(tmp_path: Path) -> None:
+    """``report RUN --out DIR`` copies the run's JSONL files into DIR: a disk that cannot take
+    them ends the command with one line naming the path and the cause and exit 4 (it was a
+    Python traceback: the copy was a plain ``open``), and what DIR holds stays whole lines."""
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "duplexctl", *LOAD[:4], "--duration", "6s", "--workers", "1",
+         "--plain", "--out", str(run)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # turns.jsonl made big enough that the copy, not report.json, is what no longer fits
+    line = (run / "turns.jsonl").read_bytes().splitlines(keepends=True)[0]
+    (run / "turns.jsonl").write_bytes(line * (200_000 // len(line) + 1))
+    with small_disk("128k") as disk:
+        merged = disk / "merged"
+        done = subprocess.run(
+            [sys.executable, "-m", "duplexctl", "report", str(run), "--out", str(merged)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        errors = [x for x in done.stderr.splitlines() if x.startswith("duplexctl: error:")]
+        assert done.returncode == 4, done.stderr
+        assert "Traceback" not in done.stderr and len(errors) == 1, done.stderr
+        assert f"cannot write {merged}/turns.jsonl" in errors[0], errors
+        assert "No space left on device" in errors[0]
+        assert "report.json" in assert_readable(merged)

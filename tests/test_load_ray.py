@@ -42,6 +42,7 @@ from support.commands import (
     serve,
     wait_for,
 )
+from support.disk import assert_readable, fill, small_disk
 from support.loadconfig import load_config
 
 from duplexctl.load.arrivals import ArrivalProcess
@@ -310,6 +311,35 @@ def test_ctrl_c_closes_every_session_and_writes_the_partial_report(
     assert report["sessions"]["admitted"] >= 4
     assert report["sessions"]["closed_cleanly"] == report["sessions"]["admitted"]
     assert {w["end_reason"] for w in report["workers"]} == {"stopped"}
+
+
+def test_a_disk_that_fills_mid_run_stops_the_cluster_run_with_one_line(cluster: Any) -> None:
+    """Issue 31.2 on ``--ray``: the driver appends the actors' JSONL lines and the cluster
+    seconds into ``--out``; when that disk fills, the run stops as at Ctrl-C — every session
+    closed (the server's 120 s grace would hold a dropped one) — says one line naming the path
+    and the cause, exits 4, and what it wrote before stays readable (whole lines)."""
+    with small_disk("4m") as disk, serve("--max-sessions", "4", *GRACE_ARGS) as (url, _server):
+        out = disk / "run"
+        proc = subprocess.Popen(
+            load_cmd(cluster, SHORT, "--url", url, "--workers", "2", "--sessions", "4",
+                     "--duration", "120s", "--out", str(out)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            turns = out / "turns.jsonl"
+            assert wait_for(lambda: turns.exists() and turns.stat().st_size > 0, 120.0)
+            fill(disk)
+            _stdout, stderr = proc.communicate(timeout=90)
+            assert wait_for(lambda: asyncio.run(admitted(url, 4)) == 4, 20.0, every_s=0.5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        errors = [line for line in stderr.splitlines() if line.startswith("duplexctl: error:")]
+        assert proc.returncode == 4, stderr
+        assert "Traceback" not in stderr and len(errors) == 1, stderr
+        assert f"cannot write {out}/" in errors[0] and "No space left on device" in errors[0]
+        assert "turns.jsonl" in assert_readable(out)
 
 
 def actor_pids() -> list[int]:

@@ -60,7 +60,7 @@ async def run_step(
         if config.execution.ray is not None:  # imports ray: only with --ray
             from duplexctl.load.cluster.driver import in_cluster
 
-            tally, infos = await in_cluster(config, url, irq, out, dash)
+            tally, infos = await in_cluster(config, url, irq, out, dash, writes)
         elif config.execution.workers <= 1:
             tally, infos = await _in_process(config, url, step_stop, out, dash, writes)
         else:

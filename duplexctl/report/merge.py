@@ -34,7 +34,7 @@ from duplexctl.report.load_report import (
     tally_of,
     write_outputs,
 )
-from duplexctl.rundir import announce, prepare_run_dir
+from duplexctl.rundir import JsonLines, announce, prepare_run_dir
 from duplexctl.terminal import json_text
 
 
@@ -303,6 +303,14 @@ def _output_dirs(
 
 
 def _concat(parts: Sequence[Path], target: Path) -> None:
-    with target.open("w") as out:
+    """``parts`` one after another in ``target``, whole lines only; a write that fails raises
+    WriteFailed (one line naming the path and the cause, exit 4: rundir.py)."""
+    out = JsonLines(target)
+    try:
         for part in parts:
-            out.write(part.read_text())
+            data = part.read_bytes()
+            if data and not data.endswith(b"\n"):
+                data += b"\n"  # a part cut at its end (a killed run) does not glue two lines
+            out.write(data)
+    finally:
+        out.close()

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from duplexctl.errors import BadInput, WriteFailed
+from duplexctl.errors import BadInput
 from duplexctl.export import live as live_export
 from duplexctl.load.cluster.actor import HEARTBEAT_TIMEOUT_S, LoadWorker
 from duplexctl.load.cluster.connect import ACTOR_CONCURRENCY, ACTOR_CPUS, connect, place
@@ -45,6 +45,7 @@ from duplexctl.load.recorder import Recorder, live_percentiles
 from duplexctl.load.workers import merge_parts
 from duplexctl.report.load_report import build_report, write_outputs
 from duplexctl.report.tally import RunTally
+from duplexctl.rundir import JsonLines, Writes
 
 POLL_S: Final = 0.5
 CALL_TIMEOUT_S: Final = 10.0
@@ -127,14 +128,25 @@ def own_pacing(encoded: dict[str, Any], chunk_ms: int) -> dict[str, Any]:
 class ClusterRun:
     """One step of a ``--ray`` run (see the module docstring)."""
 
-    def __init__(self, config: LoadConfig, url: str, out: Path | None, dash: Dashboard) -> None:
+    def __init__(
+        self,
+        config: LoadConfig,
+        url: str,
+        out: Path | None,
+        dash: Dashboard,
+        writes: Writes | None = None,
+    ) -> None:
         self.config = config
         self.url = url
         self.out = out
         self.dash = dash
+        # every file the driver writes fails into the run's writes (rundir.py): the first
+        # failure stops the run as Ctrl-C does and it ends with exit 4
+        self.writes = writes if writes is not None else Writes()
         self.ray = connect(config.execution.ray or "auto")
         self.members: list[Member] = []
-        self.seconds = ClusterSeconds(out)
+        self.seconds = ClusterSeconds(out, self.writes)
+        self._jsonl: dict[str, JsonLines] = {}  # the actors' JSONL lines, appended here
         self.origin: float | None = None
         self.chunk_ms = config.chunk_ms
 
@@ -246,8 +258,10 @@ class ClusterRun:
         elif kind == "error":
             m.error = message[2]
         elif kind == "jsonl" and self.out is not None:
-            with (self.out / message[1]).open("a") as fh:
-                fh.write(message[2])
+            name = message[1]
+            if name not in self._jsonl:
+                self._jsonl[name] = JsonLines(self.out / name, self.writes, append=True)
+            self._jsonl[name].write(message[2].encode())
 
     def lose(self, m: Member, reason: str) -> None:
         """``m`` is gone mid-run: note when, where and how many sessions went with it."""
@@ -365,16 +379,23 @@ class ClusterRun:
             try:
                 own.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise WriteFailed(own, exc) from None
-            write_outputs(own, report)
+                self.writes.failed(own, exc)
+                return
+            write_outputs(own, report, self.writes)
 
 
 async def in_cluster(
-    config: LoadConfig, url: str, irq: Interrupts, out: Path | None, dash: Dashboard
+    config: LoadConfig,
+    url: str,
+    irq: Interrupts,
+    out: Path | None,
+    dash: Dashboard,
+    writes: Writes | None = None,
 ) -> tuple[Recorder, list[dict[str, Any]]]:
     """Run ``config`` on the Ray cluster ``config.execution.ray``; the workers' recorders merged
-    exactly, each info naming its node (and, for a lost worker, the loss)."""
-    run = ClusterRun(config, url, out, dash)
+    exactly, each info naming its node (and, for a lost worker, the loss). A file of ``out``
+    that cannot be written goes to ``writes`` (whose stop, the caller's, ends the run)."""
+    run = ClusterRun(config, url, out, dash, writes)
     t0 = time.monotonic()
     try:
         run.spawn()
@@ -388,4 +409,4 @@ async def in_cluster(
         run.close()
     parts = run.infos()
     run.save_worker_runs(parts, time.monotonic() - t0)
-    return merge_parts(config, origin, parts, out)
+    return merge_parts(config, origin, parts, out, run.writes)

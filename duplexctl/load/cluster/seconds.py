@@ -32,6 +32,7 @@ from typing import Any, Final
 import numpy as np
 
 from duplexctl.report.histogram import HistogramSet
+from duplexctl.rundir import JsonLines, Writes
 
 #: The turn figures a second keeps a histogram of (with ``send_lag_ms``).
 TURN_FIGURES: Final = ("ttfa_ms", "turn_ms")
@@ -94,8 +95,10 @@ def figure_counts(histograms: HistogramSet) -> dict[str, int]:
 class ClusterSeconds:
     """The driver's per-second cluster totals (see the module docstring)."""
 
-    def __init__(self, out: Path | None) -> None:
+    def __init__(self, out: Path | None, writes: Writes | None = None) -> None:
         self.path = None if out is None else out / "seconds.jsonl"
+        # a failed append goes to the run's writes (rundir.py): the run stops, exit 4
+        self._file = None if self.path is None else JsonLines(self.path, writes, append=True)
         self.pending: dict[int, dict[int, dict[str, Any]]] = {}  # second → worker → delta
         self.received: dict[int, int] = {}  # worker → seconds received (the next index)
         self.next = 0  # the next cluster second to complete
@@ -122,9 +125,8 @@ class ClusterSeconds:
             self.next += 1
         if rows:
             self.last = rows[-1]
-            if self.path is not None:
-                with self.path.open("a") as fh:
-                    fh.writelines(json.dumps(row) + "\n" for row in rows)
+            if self._file is not None:
+                self._file.write("".join(json.dumps(row) + "\n" for row in rows).encode())
         return rows
 
 
