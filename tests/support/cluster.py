@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import subprocess
 import time
@@ -26,9 +27,15 @@ from support.paths import ROOT, free_port
 NODE_ARGS: dict[str, Any] = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
 #: The server keeps a dropped session's slot this long: far beyond every bound of the tests.
 GRACE_ARGS = ("--disconnect-grace-s", "120", "--reply-seconds", "2")
-#: The actors notice the driver's death within their heartbeat timeout (5 s) and close:
-#: generous for a loaded two-core machine.
+#: The actors notice the driver's death within their heartbeat timeout (15 s) and close
+#: within the lifeline's grace (5 s): generous for a loaded two-core machine.
 FREED_WITHIN_S = 40.0
+#: How long the head's Ray Client proxy waits for the server process it starts per driver
+#: (Ray's RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S, 30 s by default): that process imports
+#: Ray, which on this two-core machine beside the rest of the suite took over 30 s, and the
+#: ``ray://`` join was refused ("Initialization failure from server"). A property of the
+#: test cluster's host, set for the cluster's processes only.
+CLIENT_SERVER_READY_S = "180"
 
 
 @contextmanager
@@ -38,7 +45,16 @@ def two_node_cluster() -> Iterator[Any]:
 
     client_port = free_port()  # the head also serves Ray Client (--ray ray://…)
     head = {**NODE_ARGS, "include_dashboard": False, "ray_client_server_port": client_port}
-    c = Cluster(initialize_head=True, head_node_args=head)
+    key = "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"
+    before = os.environ.get(key)
+    os.environ[key] = CLIENT_SERVER_READY_S  # inherited by the head's processes as they start
+    try:
+        c = Cluster(initialize_head=True, head_node_args=head)
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
     c.client_port = client_port
     try:
         c.add_node(**NODE_ARGS)
