@@ -109,10 +109,34 @@ def group_of(item: pytest.Item) -> str | None:
 
 #: the workerinput key of the file every worker writes its groups to
 GROUPS_KEY = "lanes_groups_file"
+#: a test that costs this many seconds or more (measured: tests/durations.json) is ``slow``
+SLOW_S = 10.0
 
 
+def mark_measured_slow(items: list[pytest.Item], groups: dict[str, str]) -> None:
+    """Mark ``slow`` every test that costs :data:`SLOW_S` or more by the last measurement,
+    so the quick loop (``-m "not slow"``) leaves out what is slow now, not what someone
+    thought slow once. The tests of a module that share a module fixture run together and
+    pay for it together: each costs what the module's group costs. A test the file does
+    not know is not marked (its ``@pytest.mark.slow``, if any, still holds)."""
+    durations = measured_durations()
+    shared = {SERIAL, *RESOURCE_GROUPS.values(), *MARKER_GROUPS.values()}
+    group_cost: dict[str, float] = defaultdict(float)
+    for item in items:
+        group = groups.get(item.nodeid)
+        if group is not None and group not in shared:
+            group_cost[group] += durations.get(item.nodeid, 0.0)
+    for item in items:
+        group = groups.get(item.nodeid)
+        cost = group_cost[group] if group in group_cost else durations.get(item.nodeid, 0.0)
+        if cost >= SLOW_S and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
+    mark_measured_slow(items, groups)
     for item in items:
         if item.nodeid in groups and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))  # as it runs
