@@ -105,6 +105,30 @@ async def test_the_model_hears_the_user_out_then_answers() -> None:
     await h.wait_for("response.created", 2)  # the next response opens on the next packet
 
 
+async def test_the_open_stream_is_a_running_request_for_the_metrics() -> None:
+    """Issue 29.5 on the frame profile: its stream is a request running on the model from
+    its first packet to its ``response.done`` (a generated reply is counted from its
+    submission), so ``vllm:num_requests_running`` and the KV-cache usage of ``serve
+    --model-profile frame`` are not 0 while it speaks (they were: the stream bypassed the
+    counters); the count falls back when it is done and when the session ends."""
+    h = Harness(frame_config(max_sessions=4), OPEN)
+    h.start()
+
+    def streams_open() -> int:
+        return len(h.of("response.created")) - len(h.of("response.done"))
+
+    assert h.gpu.running == 0
+    await stream(h, SPEECH, 20)
+    await h.wait_for("response.created")
+    assert h.gpu.running == streams_open() == 1 and h.gpu.kv_usage(4) == 0.25
+    await stream(h, SILENCE, 94)  # the answer, its response.done, the next stream opened
+    await h.wait_for("response.done")
+    assert len(h.of("response.created")) == 2
+    assert h.gpu.running == streams_open() == 1  # the first one no longer counts
+    await h.session.abort()
+    assert h.gpu.running == 0
+
+
 async def test_a_tool_call_its_result_and_the_answer() -> None:
     h = Harness(frame_config(), {**OPEN, "tools": TOOLS})
     h.start()

@@ -57,13 +57,15 @@ class Harness:
     events: list[dict[str, Any]] = field(default_factory=list)
     unsequenced: list[dict[str, Any]] = field(default_factory=list)
     session: EngineSession = field(init=False)
+    gpu: SimulatedGpu = field(init=False)  # what /metrics reads (running requests, queue)
 
     def __post_init__(self) -> None:
+        self.gpu = SimulatedGpu(self.config)
         self.session = EngineSession(
             session_id=ids.session_id(),
             session_obj=self.session_obj,
             config=self.config,
-            gpu=SimulatedGpu(self.config),
+            gpu=self.gpu,
             emit=self._emit,
         )
 

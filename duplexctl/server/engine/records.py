@@ -58,6 +58,9 @@ class Response:
     last_b64: str = ""  # the last delta, repeated in response.done metadata
     status: str = "in_progress"
     finished: bool = False  # a terminal event went out (or the session stopped)
+    # a frame-locked stream counted in the GPU's running replies until it finishes (a
+    # generated reply is counted by the model itself, server/model.py)
+    counted: bool = False
     announced: bool = False  # response.created went out
     released: bool = False  # its playback record is gone (acknowledged, cut or cancelled)
     superseded: bool = False  # a later user turn was committed after it finished

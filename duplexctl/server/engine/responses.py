@@ -160,6 +160,10 @@ class Responses:
         )
         self.records.add(response)
         self._playback.track(response)
+        # running on the model from now until it finishes, as a generated reply is from its
+        # submission: the /metrics gauges count it (server/metrics.py)
+        response.counted = True
+        self._gpu.replies += 1
         ctx.turn.observe("response_started")
         self._conversation.store(
             assistant_item(response, "in_progress", []), response.previous_item_id
@@ -334,9 +338,15 @@ class Responses:
         )
         return item
 
+    def _uncount(self, r: Response) -> None:
+        if r.counted:
+            r.counted = False
+            self._gpu.replies -= 1
+
     def _finish(self, r: Response, status: str) -> None:
         r.finished = True
         r.status = status
+        self._uncount(r)
         if self.records.active is r:
             self.records.active = None
         if r.task is not None and r.task is not asyncio.current_task() and not r.task.done():
@@ -449,6 +459,7 @@ class Responses:
         """The session ends: every reply is finished without a terminal event."""
         for r in list(self.records.by_id.values()):
             r.finished = True
+            self._uncount(r)
             if r.task is not None and not r.task.done():
                 r.task.cancel()
         self.records.active = None
