@@ -238,13 +238,7 @@ def load(
             help="Length of a time slice of the report.",
         ),
     ] = "10s",  # type: ignore[assignment]  # parsed by o.duration
-    turn_detection: Annotated[
-        Literal["none", "server_vad"] | None,
-        typer.Option(
-            rich_help_panel=o.SESSION,
-            help="Who ends a turn: none (the client commits each) or the server's VAD.",
-        ),
-    ] = None,
+    turn_detection: o.TurnDetectionOption = None,
     vad_silence_ms: o.VadSilenceOption = None,
     commit: o.CommitOption = None,
     auto_response: o.AutoResponseOption = None,

@@ -191,6 +191,15 @@ InstructionsOption = Annotated[
         help="Session instructions (system prompt).",
     ),
 ]
+#: replay's and load's (talk's has an ``auto`` of its own: push-to-talk without server VAD)
+TurnDetectionOption = Annotated[
+    Literal["none", "server_vad"] | None,
+    typer.Option(
+        "--turn-detection",
+        rich_help_panel=SESSION,
+        help="Who ends a turn: none (the client commits each) or the server's VAD.",
+    ),
+]
 VadSilenceOption = Annotated[
     int | None,
     typer.Option(

@@ -50,13 +50,7 @@ def replay(
     api_key: o.ApiKeyOption = None,
     ca_file: o.CaFileOption = None,
     insecure: o.InsecureOption = False,
-    turn_detection: Annotated[
-        Literal["server_vad", "none"] | None,
-        typer.Option(
-            rich_help_panel=o.SESSION,
-            help="Who ends a turn: the server's VAD, or the client (none: it commits).",
-        ),
-    ] = None,
+    turn_detection: o.TurnDetectionOption = None,
     vad_silence_ms: o.VadSilenceOption = None,
     commit: o.CommitOption = None,
     auto_response: o.AutoResponseOption = None,
