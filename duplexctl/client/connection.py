@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import socket
 import ssl
 import time
@@ -86,6 +85,7 @@ from websockets.exceptions import (
     WebSocketException,
 )
 
+from duplexctl.client.backoff import Backoff
 from duplexctl.client.causes import ADMISSION, Cause
 from duplexctl.client.target import TlsPolicy, process_tls
 from duplexctl.client.websocket import (
@@ -266,20 +266,13 @@ class ConnectionOptions:
     def resume_bound_s(self) -> float:
         """The longest a resume takes before it succeeds or gives up: every attempt's
         ``resume_timeout_s`` and the longest jittered back-off between them."""
-        backoff, total = self.backoff_min_s, 0.0
-        for _ in range(self.resume_attempts - 1):
-            total += backoff * BACKOFF_JITTER[1]
-            backoff = min(backoff * 2, self.backoff_max_s)
-        return self.resume_attempts * self.resume_timeout_s + total
+        waits = Backoff(self.backoff_min_s, self.backoff_max_s).bound(self.resume_attempts - 1)
+        return self.resume_attempts * self.resume_timeout_s + waits
 
     @property
     def close_bound_s(self) -> float:
         """The longest :meth:`DuplexConnection.close` takes (with its default timeout)."""
         return self.close_timeout_s + CLOSE_TCP_TIMEOUT_S
-
-
-#: a resume's back-off is multiplied by a uniform draw from this range (vLLM-Omni's client)
-BACKOFF_JITTER: Final = (0.5, 1.5)
 
 
 def with_autostart_off(url: str) -> str:
@@ -933,7 +926,7 @@ class DuplexConnection:
         record = ResumeRecord(t_drop_ns=t_drop, automatic=automatic)
         self.timings.resumes.append(record)
         max_attempts = attempts if attempts is not None else opts.resume_attempts
-        backoff = opts.backoff_min_s
+        backoff = Backoff(opts.backoff_min_s, opts.backoff_max_s)
         last_problem = "no attempt made"
         while record.attempts < max_attempts:
             record.attempts += 1
@@ -956,8 +949,7 @@ class DuplexConnection:
             if fatal:
                 raise ResumeFailed(f"resume failed: {last_problem}", record, fatal=True)
             if record.attempts < max_attempts:
-                await asyncio.sleep(backoff * random.uniform(*BACKOFF_JITTER))
-                backoff = min(backoff * 2, opts.backoff_max_s)
+                await asyncio.sleep(backoff.delay())
         raise ResumeFailed(
             f"resume failed after {record.attempts} attempts: {last_problem}", record, fatal=False
         )

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from duplexctl.audio.sendgrid import SendGrid
+from duplexctl.client.backoff import Backoff
 from duplexctl.load.arrivals import ArrivalProcess, Ramp
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.monitor import CpuMeter, LoopLagMonitor
@@ -59,8 +60,6 @@ from duplexctl.rundir import Writes
 from duplexctl.scenario.config import ReplayConfig, check_pauses
 
 CLOSED_SPREAD_S: Final = 2.0
-BACKOFF_MIN_S: Final = 0.25
-BACKOFF_MAX_S: Final = 4.0
 #: pause between one joining session's close and the next one's open
 JOIN_GAP_S: Final = 0.5
 #: the joining sessions' index in sessions.jsonl and turns.jsonl (the N users are 0 … N-1)
@@ -244,7 +243,7 @@ class Driver:
         stagger = self._stagger_of(i)
         if await _sleep_or_stop(self.stop, spread):
             return
-        backoff, attempt = BACKOFF_MIN_S, 0
+        backoff, attempt = Backoff(), 0
         while not self.stop.is_set():
             if ramp is not None and ramp.level_at(time.monotonic() - self.origin) <= i:
                 if await _sleep_or_stop(self.stop, 0.1):
@@ -258,11 +257,10 @@ class Driver:
             record = await session.run()
             stagger = None  # only the first: the later sessions start their pass at its start
             if record.admission == "admitted":
-                backoff = BACKOFF_MIN_S
+                backoff.reset()
                 continue
-            if await _sleep_or_stop(self.stop, backoff * random.uniform(0.5, 1.5)):
+            if await _sleep_or_stop(self.stop, backoff.delay()):
                 return
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def _stagger_of(self, i: int) -> float | None:
         """User ``i``'s place in the pass with ``--stagger`` (its global index among every
