@@ -331,6 +331,9 @@ class ClusterRun:
         for m in self.members:
             with contextlib.suppress(Exception):
                 self.ray.kill(m.handle, no_restart=True)
+        for lines in self._jsonl.values():  # every line is written already (unbuffered)
+            lines.close()
+        self.seconds.close()
 
     # -- merge -------------------------------------------------------------------------------
 

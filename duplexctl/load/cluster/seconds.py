@@ -129,6 +129,10 @@ class ClusterSeconds:
                 self._file.write("".join(json.dumps(row) + "\n" for row in rows).encode())
         return rows
 
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
 
 def total(second: int, parts: Mapping[int, dict[str, Any]]) -> dict[str, Any]:
     """One cluster second: the workers' deltas added (counts, histograms, sessions, CPU)."""
