@@ -17,8 +17,9 @@ slots computing), ``num_requests_waiting`` = units queued for a slot, ``kv_cache
 admission limit ``max_sessions``), at most 1. So a default server (unlimited slots) shows
 its replies in progress too, and its server row and charts are not flat zero while it
 speaks. On the frame-locked profile a session's open stream is its running request, from
-its first packet to its ``response.done`` (the lane streams every frame, silence too). The histograms are per reply: time to first token and first
-audio (submission → first unit computed, the same instant here: the model has no text stage),
+its first packet to its ``response.done`` (the lane streams every frame, silence too). The
+histograms are per reply: time to first token and first audio (submission → first unit
+computed, the same instant here: the model has no text stage),
 queue time (the time its units waited for slots), end-to-end latency (submission → last
 unit). Gauges are read at scrape time, so they are exact at that instant.
 

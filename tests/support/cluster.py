@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from support.commands import duplexctl_cmd
 from support.paths import ROOT, free_port
@@ -45,16 +46,11 @@ def two_node_cluster() -> Iterator[Any]:
 
     client_port = free_port()  # the head also serves Ray Client (--ray ray://…)
     head = {**NODE_ARGS, "include_dashboard": False, "ray_client_server_port": client_port}
-    key = "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"
-    before = os.environ.get(key)
-    os.environ[key] = CLIENT_SERVER_READY_S  # inherited by the head's processes as they start
-    try:
+    # inherited by the head's processes as they start, and only by them
+    with mock.patch.dict(
+        os.environ, {"RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": CLIENT_SERVER_READY_S}
+    ):
         c = Cluster(initialize_head=True, head_node_args=head)
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = before
     c.client_port = client_port
     try:
         c.add_node(**NODE_ARGS)
