@@ -190,6 +190,39 @@ def assert_merged_exactly(out: Path, report: dict[str, Any]) -> None:
     assert report["figures"] == again["figures"]
 
 
+#: Joins the test cluster through Ray Client the way ``load --ray ray://…`` does, with the
+#: head's first answer to the driver's init turned into the abort of ray-project/ray#63202
+#: (the fork race cannot be caused on demand): the connection, Ray's clean-up of the
+#: refused one and the second join are all Ray's own, against the real head.
+ABORT_FIRST_INIT = """
+import sys
+from ray.util.client.worker import Worker
+from duplexctl.load.cluster.connect import connect
+
+real, inits = Worker._server_init, []
+
+def aborted_once(self, *args, **kwargs):
+    inits.append(1)
+    if len(inits) == 1:
+        raise ConnectionAbortedError("Initialization failure from server:\\n")
+    return real(self, *args, **kwargs)
+
+Worker._server_init = aborted_once
+ray = connect(sys.argv[1])
+print(len(inits), len([n for n in ray.nodes() if n["Alive"]]))
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_client_join_the_head_aborts_joins_on_the_next_attempt(cluster: Any) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", ABORT_FIRST_INIT, f"ray://127.0.0.1:{cluster.client_port}"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:] + client_server_logs(cluster)
+    assert proc.stdout.split() == ["2", "2"]  # two inits, and the cluster's two nodes
+
+
 @pytest.mark.slow
 def test_ray_client_address_runs_the_workers_on_the_cluster(cluster: Any, tmp_path: Path) -> None:
     """``--ray ray://HOST:PORT`` (Ray Client: the driver outside the cluster) works with the

@@ -8,16 +8,20 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from support.commands import ROOT
 
 from duplexctl.errors import BadInput, ServerUnreachable
-from duplexctl.load.cluster.connect import parse_address, place
+from duplexctl.load.cluster import connect as connect_module
+from duplexctl.load.cluster.connect import connect, parse_address, place
 from duplexctl.load.cluster.driver import own_pacing
 from duplexctl.load.cluster.seconds import ClusterSeconds, SecondTally
 from duplexctl.load.config import workers_for
@@ -42,6 +46,72 @@ def test_ray_client_may_take_as_long_to_join_as_ray_itself_allows() -> None:
     30 s for its channel); a CI run on a busy machine failed at a 30 s bound."""
     assert parse_address("ray://head").join_timeout_s >= 60
     assert parse_address("head:6379").join_timeout_s < parse_address("ray://head").join_timeout_s
+
+
+class FlakyRay:
+    """``ray`` as ``connect`` uses it, whose ``init`` fails the way each item of ``fails`` says
+    (an exception to raise, or None: it joins)."""
+
+    def __init__(self, *fails: BaseException | None) -> None:
+        self.fails = list(fails)
+        self.calls = 0
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **_: object) -> None:
+        self.calls += 1
+        failure = self.fails.pop(0)
+        if failure is not None:
+            raise failure
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A loopback port that accepts connections (what connect checks before ray.init)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server.getsockname()[1]
+
+
+ABORTED = ConnectionAbortedError("Initialization failure from server:\n")
+
+
+@pytest.mark.parametrize(
+    ("address", "fails", "calls", "joined"),
+    [
+        # Ray's proxy lost the driver's server process (ray-project/ray#63202): tried again
+        ("ray://127.0.0.1:{port}", [ABORTED, None], 2, True),
+        ("ray://127.0.0.1:{port}", [ABORTED, ABORTED, None], 3, True),
+        ("ray://127.0.0.1:{port}", [ABORTED, ABORTED, ABORTED], 3, False),
+        # any other failure, or an abort on the GCS port, is the answer at once
+        ("ray://127.0.0.1:{port}", [RuntimeError("version mismatch"), None], 1, False),
+        ("127.0.0.1:{port}", [ABORTED, None], 1, False),
+    ],
+)
+def test_a_ray_client_join_the_proxy_aborts_is_tried_again_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+    listening: int,
+    address: str,
+    fails: list[BaseException | None],
+    calls: int,
+    joined: bool,
+) -> None:
+    flaky = FlakyRay(*fails)
+    waits: list[float] = []
+    monkeypatch.setattr(connect_module, "import_ray", lambda: flaky)
+    monkeypatch.setattr(connect_module, "time", SimpleNamespace(sleep=waits.append))
+    given = address.format(port=listening)
+    if joined:
+        assert connect(given) is flaky
+    else:
+        with pytest.raises(ServerUnreachable) as refused:
+            connect(given)
+        line = str(refused.value)
+        assert "\n" not in line and line.startswith(f"--ray {given}: could not join the cluster")
+        assert (f"in {calls} attempts" in line) == (calls > 1)
+    assert flaky.calls == calls
+    # one back-off between attempts, growing: Backoff's waits, jittered
+    assert len(waits) == calls - 1 and all(w > 0 for w in waits)
 
 
 def test_auto_without_a_cluster_is_unreachable(

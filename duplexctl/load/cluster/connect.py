@@ -5,6 +5,8 @@ printing warnings. A load run must say in one line that the cluster is not there
 like an unreachable server), so the address is first checked with a plain TCP connection
 (:data:`PROBE_TIMEOUT_S`) and ``ray.init`` itself runs under a bound that suits the address:
 :data:`GCS_JOIN_TIMEOUT_S` for a head's GCS port, :data:`CLIENT_JOIN_TIMEOUT_S` for Ray Client.
+A Ray Client join the head's proxy aborts is tried again (:data:`CLIENT_JOIN_ATTEMPTS`): Ray
+loses a few percent of them to a bug of its own, on a healthy cluster.
 
 Addresses: ``auto`` (``RAY_ADDRESS``, else the cluster ``ray start`` made on this host, which
 Ray records in ``/tmp/ray/ray_current_cluster``), ``HOST:PORT`` (the head's GCS port, 6379
@@ -16,11 +18,13 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
+from duplexctl.client.backoff import Backoff
 from duplexctl.errors import BadInput, MissingDependency, ServerUnreachable
 from duplexctl.load.config import LoadConfig
 
@@ -34,6 +38,13 @@ GCS_JOIN_TIMEOUT_S: Final = 30.0
 #: channel, while the client's first call waits on the proxy. On a busy head this took
 #: more than 30 s (a CI run failed on it), so the bound leaves Ray's own waits room.
 CLIENT_JOIN_TIMEOUT_S: Final = 90.0
+#: Ray Client's proxy forks a server process for each driver, and Ray (2.60 included) loses
+#: some of them to a race between that fork and the proxy's gRPC threads
+#: (ray-project/ray#63202, a few percent of joins): the join fails with
+#: ``ConnectionAbortedError: Initialization failure from server`` while the cluster is fine.
+#: Such a join is tried again (after :class:`~duplexctl.client.backoff.Backoff`'s wait), up
+#: to this many attempts in all; any other failure is reported at once.
+CLIENT_JOIN_ATTEMPTS: Final = 3
 #: Where ``ray start --head`` records the address of the cluster it started on this host.
 CURRENT_CLUSTER: Final = Path("/tmp/ray/ray_current_cluster")
 #: CPUs each worker actor reserves: one event loop per actor, so one core's worth.
@@ -61,9 +72,14 @@ class Address:
     port: int
 
     @property
+    def client(self) -> bool:
+        """Joined through Ray Client (``ray://``), not a head's GCS port."""
+        return self.init.startswith("ray://")
+
+    @property
     def join_timeout_s(self) -> float:
-        """How long ``ray.init`` may take before the address is reported as no cluster."""
-        return CLIENT_JOIN_TIMEOUT_S if self.init.startswith("ray://") else GCS_JOIN_TIMEOUT_S
+        """How long one ``ray.init`` may take before the address is reported as no cluster."""
+        return CLIENT_JOIN_TIMEOUT_S if self.client else GCS_JOIN_TIMEOUT_S
 
 
 def parse_address(text: str, *, env: dict[str, str] | None = None) -> Address:
@@ -113,6 +129,32 @@ def connect(text: str) -> ModuleType:
         raise ServerUnreachable(
             f"--ray {text}: no Ray cluster answers at {address.host}:{address.port} ({exc})"
         ) from None
+    backoff = Backoff()
+    for attempt in range(1, CLIENT_JOIN_ATTEMPTS + 1):
+        outcome = _join_once(ray, address)
+        if not outcome:
+            raise ServerUnreachable(
+                f"--ray {text}: {address.host}:{address.port} accepts connections but no Ray "
+                f"cluster answered within {address.join_timeout_s:g} s"
+            )
+        failure = outcome[0]
+        if failure is None:
+            return ray
+        aborted = isinstance(failure, ConnectionAbortedError) and address.client
+        if not aborted or attempt == CLIENT_JOIN_ATTEMPTS:
+            first = str(failure).strip().splitlines()
+            tries = f" in {attempt} attempts" if attempt > 1 else ""
+            raise ServerUnreachable(
+                f"--ray {text}: could not join the cluster{tries} "
+                f"({type(failure).__name__}: {first[0] if first else ''})"
+            )
+        time.sleep(backoff.delay())
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _join_once(ray: ModuleType, address: Address) -> list[BaseException | None]:
+    """One ``ray.init`` under :attr:`Address.join_timeout_s`: ``[]`` if it did not end in
+    time, ``[None]`` if it joined, ``[exception]`` if it failed."""
     outcome: list[BaseException | None] = []
 
     def init() -> None:
@@ -124,11 +166,11 @@ def connect(text: str) -> ModuleType:
                 logging_level="ERROR",
             )
             outcome.append(None)
-        except BaseException as exc:  # reported below, in the caller's thread
+        except BaseException as exc:  # reported by the caller, in its thread
             outcome.append(exc)
 
     # Ray's C++ core logs every retry on file descriptor 2; load's user reads one line, so
-    # stderr is quiet while joining (a failure is reported below, from the exception)
+    # stderr is quiet while joining (a failure is reported from the exception)
     saved = os.dup(2)
     quiet = os.open(os.devnull, os.O_WRONLY)
     os.dup2(quiet, 2)
@@ -140,18 +182,7 @@ def connect(text: str) -> ModuleType:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(quiet)
-    if not outcome:
-        raise ServerUnreachable(
-            f"--ray {text}: {address.host}:{address.port} accepts connections but no Ray "
-            f"cluster answered within {address.join_timeout_s:g} s"
-        )
-    if outcome[0] is not None:
-        first = str(outcome[0]).strip().splitlines()
-        raise ServerUnreachable(
-            f"--ray {text}: could not join the cluster "
-            f"({type(outcome[0]).__name__}: {first[0] if first else ''})"
-        )
-    return ray
+    return outcome
 
 
 @dataclass(frozen=True, slots=True)
