@@ -183,6 +183,12 @@ async def test_a_load_where_the_lane_admits_one_session(lane: Lane, tmp_path: Pa
     assert admission["advertised_limit"] == 1 and admission["unfinished"]["count"] == 0
     assert report["errors"] == {} and report["turns"]["outcomes"] == {"spoke": 1}
     assert report["validity"]["packet_ms"] == 40  # its pacing is judged against the packets
+    # every frame the session sent came back as one packet, none inserted (40 ms packets
+    # keep a partial frame pending: docs/protocol.md §13.1), once the tail was waited for
+    frames = report["frames"]
+    assert frames["sessions"] == 1 and frames["frames_sent"] > 20, frames
+    assert frames["frame_deficit"] == 0 and frames["frames_inserted"] == 0, frames
+    assert frames["coverage"] == 1.0
     assert "sent as 40 ms packets" in err or "sent as 40 ms packets" in _
     # none left hanging: the slot is free again at once
     assert await admitted(lane.url, 1, auto_response=True) == 1

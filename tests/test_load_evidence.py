@@ -177,3 +177,86 @@ def test_a_sweep_joins_each_level_rebuilds_exactly_and_leads_the_page(tmp_path: 
     assert seen.facts["first"] == "sweep-heading"
     assert seen.facts["rows"] == 2 and seen.facts["curves"] and seen.facts["continuity"]
     assert "duplexctl/simulated-duplex" in seen.facts["environment"]
+
+
+@pytest.mark.slow
+@needs_browser
+def test_a_frame_lane_that_loses_every_4th_packet_shows_that_deficit_exactly(
+    tmp_path: Path,
+) -> None:
+    """``serve --model-profile frame --fault drop-output-frame-every=4`` never sends the
+    4th, 8th … packet of each session: every call ends exactly ``sent // 4`` frames short
+    (the packets still in flight at the end are waited for, so none is counted lost), the
+    counts merge exactly across two workers and ``report`` rebuilds them; the summary line,
+    the SLO and the page say it."""
+    out = tmp_path / "run"
+    with serve(
+        "--model-profile", "frame", "--max-sessions", "2",
+        "--fault", "drop-output-frame-every=4",
+    ) as (url, _):  # fmt: skip
+        done = load(
+            url, out, "--auto-response", "--sessions", "2", "--count", "4", "--workers", "2",
+            "--no-server-metrics", "--warmup", "0s", "--slo", "frame_coverage>=0.9",
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr  # the SLO failed, nothing else
+    sessions = [s for s in lines_of(out / "sessions.jsonl") if s["admission"] == "admitted"]
+    assert len(sessions) == 4 and {s["worker"] for s in sessions} == {0, 1}
+    for s in sessions:
+        f = s["frames"]
+        assert f["frame_ms"] == 80 and f["frames_sent"] > 20, f
+        assert f["frame_deficit"] == f["frames_sent"] // 4, f
+        assert f["frames_received"] == f["frames_sent"] - f["frames_sent"] // 4
+        assert f["frames_inserted"] == 0
+    report = json.loads((out / "report.json").read_text())
+    frames = report["frames"]
+    sent = sum(s["frames"]["frames_sent"] for s in sessions)
+    received = sum(s["frames"]["frames_received"] for s in sessions)
+    assert (frames["sessions"], frames["frames_sent"], frames["frames_received"]) == (
+        4,
+        sent,
+        received,
+    )
+    assert frames["frame_deficit"] == sent - received and frames["sessions_with_deficit"] == 4
+    assert frames["coverage"] == pytest.approx(received / sent, abs=1e-6)
+    deficits = [s["frames"]["frame_deficit"] for s in sessions]
+    assert frames["frame_deficit_max"] == max(deficits)
+    assert frames["sessions_by_deficit"] == {
+        str(d): n for d, n in sorted(Counter(deficits).items())
+    }
+    # what a reader sees: the summary's line and the SLO's verdict with the measured value
+    printed = done.stdout
+    assert f"frames (frame-locked lane): {sent} sent, {received} received, coverage " in printed
+    assert f"deficit at end of call {sent - received} frames in 4 of 4 sessions" in printed
+    assert "SLO FAIL frame_coverage>=0.9: 0.7" in printed
+    # report rebuilds the same section from the saved tallies
+    again = subprocess.run(
+        duplexctl_cmd("report", str(out), "--json"),
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert again.returncode == 1, again.stderr  # the run's SLO, judged again
+    assert json.loads(again.stdout)["frames"] == frames
+    seen = open_page(
+        out / "report.html",
+        screenshot_path(tmp_path, "load-frames"),
+        evaluate="(document.getElementById('frames-table') || {}).innerText",
+    )
+    assert seen.problems() == []
+    text = seen.facts
+    assert f"{sent} / {received}" in text and "4 of 4 sessions short" in text
+
+
+def test_a_lane_that_is_not_frame_locked_has_no_frame_figures(tmp_path: Path) -> None:
+    """No section, no summary line, and an SLO on frame coverage is not met: nothing was
+    measured, which must not read as "no frame lost"."""
+    out = tmp_path / "run"
+    with serve() as (url, _):
+        done = load(
+            url, out, "--sessions", "1", "--count", "1", "--no-server-metrics",
+            "--slo", "frame_coverage>=0.9",
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["frames"] is None
+    assert all(s["frames"] is None for s in lines_of(out / "sessions.jsonl"))
+    assert "frames (" not in done.stdout
+    assert "SLO FAIL frame_coverage>=0.9: no samples" in done.stdout

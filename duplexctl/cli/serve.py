@@ -218,7 +218,8 @@ def serve(
             metavar="NAME[=N]",
             rich_help_panel=FAULTS,
             help="Turn on a known server bug: leak-undelivered-created, orphan-response, "
-            "stuck-gate, drop-after=N, latency-ms=MS, fail-append-every=N.",
+            "stuck-gate, drop-after=N, latency-ms=MS, fail-append-every=N, "
+            "drop-output-frame-every=N (frame profile).",
         ),
     ] = None,
     behaviour: Annotated[

@@ -32,7 +32,7 @@ import numpy as np
 
 from duplexctl.behaviour.figures import Figures
 from duplexctl.load.session import SessionRecord, Sink
-from duplexctl.report import continuity
+from duplexctl.report import continuity, frames
 from duplexctl.report.slices import UNFINISHED, TimeSlicer, Windows
 from duplexctl.report.tally import RunTally
 from duplexctl.report.turns import TurnRecord, TurnTimes
@@ -165,6 +165,7 @@ class Recorder(RunTally, Sink):
             if self._slicer.phase_of(end) != "warmup":  # like the histograms: after warm-up
                 rtf = continuity.count_session(self.counts, record.continuity)
                 self._slicer.add_figure(end, "session_rtf", rtf)
+                frames.count_session(self.counts, record.frames)
             self.intervals.append((record.t_created or record.t_start, record.t_closed))
             self.counts["sessions_admitted"] += 1
             self.counts["closed_cleanly"] += int(record.closed_cleanly)
@@ -276,7 +277,7 @@ class Recorder(RunTally, Sink):
             self._live_ttfa.append((t, float(record.figures["ttfa_ms"].value)))
         if self._turns_file is not None:
             line = record.to_json()
-            line["continuity"] = verdict.to_json()  # frame accounting's block goes beside it
+            line["continuity"] = verdict.to_json()
             line.update(
                 worker=self.worker,
                 session=session.index,

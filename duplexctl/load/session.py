@@ -113,9 +113,11 @@ class SessionRecord:
     unanswered_interruptions: int = 0
     # --stagger: the fraction of one pass it began at (docs/metrics.md "A steady start")
     stagger: float | None = None
-    # what its responses add up to (docs/metrics.md "Audio continuity"); frame accounting's
-    # block goes beside it
+    # what its responses add up to (docs/metrics.md "Audio continuity")
     continuity: SessionContinuity = field(default_factory=SessionContinuity)
+    # frames in and out on a frame-locked lane (docs/metrics.md "Frame accounting"); None on
+    # any other lane
+    frames: dict[str, Any] | None = None
 
     def to_json(self, origin: float) -> dict[str, Any]:
         def rel(t: float | None) -> float | None:
@@ -385,6 +387,8 @@ class LoadSession:
         rec.turns_lost_at_drop = errors.get(LOST_AT_DROP, 0)
         commits = runner.state.commits
         rec.commits_resent = commits.resent_count if commits is not None else 0
+        frames = conn.session.frames
+        rec.frames = frames.to_json() if frames is not None else None
         rec.behaviours = dict(Counter(b for b in begins[: runner.steps_begun] if b is not None))
         rec.turns = sum(t.times.end_mode != BACKCHANNEL for t in runner.turns)  # user turns
         if self.config.pace is Pace.REALTIME:  # fast pace has no conversation timeline

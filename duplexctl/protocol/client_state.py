@@ -69,6 +69,7 @@ from duplexctl.audio import pcm
 from duplexctl.errors import SessionStateError
 from duplexctl.protocol import cadence, codec, ids, names, server_events
 from duplexctl.protocol.errors import WireError, parse_error
+from duplexctl.protocol.frames import FrameLedger
 from duplexctl.protocol.invariants import InvariantChecker
 
 # --------------------------------------------------------------------------------------------
@@ -481,6 +482,10 @@ class ClientSession:
         # the lane streams audio whether or not the model speaks (a response's first packet
         # was silence, docs/protocol.md §13.2): answers are found in the audio and text
         self.continuous_output = False
+        # frames in and out (protocol/frames.py): kept from session.created on whenever the
+        # lane states its step, kept across resumes; :attr:`frames` shows it once the lane
+        # proved frame-locked
+        self._frames: FrameLedger | None = None
         self._function_names: dict[str, str | None] = {}  # function_call item id -> name
         self._derived: list[Happening] = []  # happenings a handler adds after its own
         # a resume's connection, until its first new seq: overlap there is the replay's
@@ -690,6 +695,9 @@ class ClientSession:
         self.resume_token = _str(frame.get("resume_token")) or self.resume_token
         self.attachment_generation = _int(frame.get("attachment_generation"))
         self.capabilities = _dict(session.get("capabilities"))
+        step = cadence.frame_ms(self.capabilities)
+        if step is not None and self._frames is None:
+            self._frames = FrameLedger(step)
         return SessionCreated(
             **base,
             epoch=_int(session.get("epoch")),
@@ -857,6 +865,8 @@ class ClientSession:
         track.audio_bytes += len(data)
         track.audio_deltas += 1
         track.decode_errors += error is not None
+        if self._frames is not None:
+            self._frames.received(end_ms - start_ms)
         track.deltas.append((recv_ns, start_ms, end_ms, audible))
         self._speech(track, recv_ns, start_ms, end_ms, audible)
         epoch = _int(meta.get("epoch"))
@@ -878,6 +888,20 @@ class ClientSession:
             decode_error=error,
             audible=audible,
         )
+
+    def input_sent(self, audio_ms: float) -> None:
+        """The shell sent an append of ``audio_ms`` of input (frame accounting)."""
+        if self._frames is not None:
+            self._frames.sent(audio_ms)
+
+    @property
+    def frames(self) -> FrameLedger | None:
+        """The frames in and out, on a **frame-locked** lane only: one that states its step
+        (``chunk_period_ms``) and answers every frame with a packet, silence included (its
+        output proved continuous, docs/protocol.md §13.2: Nemotron VoiceChat). A lane with
+        a step whose model speaks only when it has something to say (MiniCPM-o's 1 s units)
+        has nothing to account: None."""
+        return self._frames if self.continuous_output else None
 
     def unsupported_input(self) -> str | None:
         """Why this client cannot drive the session, or None: its capabilities require input
@@ -1117,6 +1141,8 @@ class ClientSession:
         )
 
     def commit(self, *, response_create: bool = False, final: bool = True) -> dict[str, Any]:
+        if self._frames is not None:
+            self._frames.committed()
         return self._event(
             "input_audio_buffer.commit", final=final, response_create=response_create
         )
@@ -1129,6 +1155,8 @@ class ClientSession:
         return self._event("response.cancel", response_id=response_id)
 
     def input_audio_buffer_clear(self) -> dict[str, Any]:
+        if self._frames is not None:
+            self._frames.cleared()
         return self._event("input_audio_buffer.clear")
 
     def output_audio_buffer_clear(self, response_id: str | None = None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any, Final, TextIO
 from duplexctl import __version__
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
 from duplexctl.protocol import cadence
-from duplexctl.report import continuity
+from duplexctl.report import continuity, frames
 from duplexctl.report.slo import HISTOGRAM_METRICS_IN_ORDER
 from duplexctl.report.summary import format_value, histogram_table
 from duplexctl.report.tally import RunTally
@@ -248,6 +248,7 @@ def build_report(
         "client_cpu_percent": cpu,
         **behaviour_rates(counts),
         **continuity.scalars(counts),
+        **frames.scalars(counts),
     }
     figures = {
         name: {**hist.to_dict(), "measurement_origin": origin_of(name)}
@@ -332,6 +333,7 @@ def build_report(
             **behaviour_rates(counts),
         },
         "continuity": continuity.section(counts, headline),
+        "frames": frames.section(counts),
         "errors": dict(tally.errors),
         "violations": dict(tally.violations),
         "validity": {
@@ -610,6 +612,7 @@ def summary_lines(report: Mapping[str, Any], *, lead: bool = True) -> list[str]:
             )
     lines.extend(behaviour_lines(report.get("behaviour") or {}))
     lines.extend(continuity.lines(report.get("continuity") or {}, server_audio(report)))
+    lines.extend(frames.lines(report.get("frames")))
     if report.get("errors"):
         lines.append("errors: " + ", ".join(f"{k} {n}" for k, n in report["errors"].items()))
     if report.get("violations"):

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from duplexctl.behaviour.figures import summary_line
+from duplexctl.report import frames
 from duplexctl.terminal import json_text
 
 # (column title, figure or field, format) in display order
@@ -231,6 +232,7 @@ def plain_lines(report: dict[str, Any]) -> list[str]:
         bits += [f"{title}={_fmt(fig(t, name))}" for title, name in cols]
         lines.append(" ".join(bits))
     lines += _connection_lines(report)
+    lines += frames.session_lines(report.get("frames"))
     lines += _behaviour_lines(report)
     lines += _unanswered_lines(report)
     lines += _violation_lines(report)
@@ -275,7 +277,8 @@ def render_table(
             *[_fmt(fig(t, name)) for _, name in cols],
         )
     console.print(table)
-    summary = _connection_lines(report) + _behaviour_lines(report) + _unanswered_lines(report)
+    summary = _connection_lines(report) + frames.session_lines(report.get("frames"))
+    summary += _behaviour_lines(report) + _unanswered_lines(report)
     for line in summary + _violation_lines(report) + _expectation_lines(report):
         console.print(line, highlight=False)
     for line in _stopped_lines(report):

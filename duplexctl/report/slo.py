@@ -112,6 +112,10 @@ SCALAR_METRICS: frozenset[str] = frozenset(
         "continuity_ok_rate_100",
         "continuity_ok_rate_200",
         "session_rtf_below_1_rate",
+        # frame accounting (report/frames.py): frames received / frames sent over all
+        # sessions, and the largest deficit one session ended with
+        "frame_coverage",
+        "frame_deficit_max",
     }
 )
 #: the OK rate at any continuity threshold (``continuity_ok_rate_<T>``, T in ms)

@@ -105,6 +105,8 @@ def level_row(
             "response_gap_ms": _stats(report, "response_gap_ms"),
         },
         "invalid_pacing": bool(report["validity"]["invalid_pacing"]),
+        # frame accounting at this level; None when the lane is not frame-locked
+        "frames": report.get("frames"),
     }
 
 
@@ -229,9 +231,20 @@ def lines(sweep: Mapping[str, Any]) -> list[str]:
             + f" | RTF<1 {_pct(cont['session_rtf_below_1_rate'])} of {cont['sessions_with_rtf']}"
             + f" | takeover {_pct(beh['takeover_rate'])} stop p95 {_p(beh['stop_latency_ms'], 'p95')}"
             + f" gap p95 {_p(beh['response_gap_ms'], 'p95')}"
+            + _frames_text(r.get("frames"))
             + (f" — {r['reason']}" if r["reason"] else "")
         )
     return out
+
+
+def _frames_text(frames: Mapping[str, Any] | None) -> str:
+    """A level's frame accounting, on a frame-locked lane only."""
+    if not frames:
+        return ""
+    return (
+        f" | frames coverage {_pct(frames['coverage'])} deficit {frames['frame_deficit']}"
+        f" in {frames['sessions_with_deficit']} of {frames['sessions']}"
+    )
 
 
 def _p(stats: Mapping[str, Any] | None, key: str) -> str:

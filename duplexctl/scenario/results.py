@@ -271,6 +271,8 @@ class ReplayReport:
                 "capabilities": cs.capabilities if cs else {},
                 "close_reason": cs.close_reason if cs else None,
             },
+            # frames in and out on a frame-locked lane (docs/metrics.md "Frame accounting")
+            "frames": cs.frames.to_json() if cs is not None and cs.frames is not None else None,
             "session_figures": session_figures,
             "connection": connection_summary(run),
             "turns": [r.to_json() for r in records if r.end_mode != BACKCHANNEL],

@@ -256,6 +256,7 @@ class Replay:
             ticker = Ticker(run, self.playback, self.assembly, self.report.build)
             tasks.append(asyncio.create_task(ticker.loop(), name="replay-ticker"))
         steps = asyncio.create_task(self.steps.run_steps(), name="replay-steps")
+        cancelled = False
         waiters = {steps, asyncio.create_task(run.ended.wait())}
         if stop is not None:
             waiters.add(asyncio.create_task(stop.wait()))
@@ -274,6 +275,7 @@ class Replay:
                 run.completed = True
         except asyncio.CancelledError:
             run.interrupted = True  # Ctrl-C without a stop event: still close and save
+            cancelled = True
         finally:
             for task in waiters | set(tasks):
                 task.cancel()
@@ -281,6 +283,9 @@ class Replay:
                 with contextlib.suppress(BaseException):
                     await task
             self.mic.close()
+            if not cancelled:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await drain_frames(conn)
             await self.tools.close()
             run.closing = True
             run.cancel_background()
@@ -336,6 +341,33 @@ class Replay:
         from duplexctl.report.html import replay_page
 
         replay_page.write(artifacts.dir, writes)
+
+
+#: the longest a frame-locked session waits for the packets of its last frames at its end
+FRAME_DRAIN_MAX_S = 5.0
+#: ... and the longest it waits for the next one: none for this long, the rest is not coming
+FRAME_DRAIN_IDLE_S = 1.0
+
+
+async def drain_frames(conn: DuplexConnection) -> None:
+    """On a frame-locked lane the packets of the last frames sent are still in the server's
+    pipeline (its time to first audio) when the microphone stops: wait for them, so that the
+    deficit at the end of the call counts frames the server never answered, not frames in
+    flight (docs/metrics.md "Frame accounting"). Bounded: :data:`FRAME_DRAIN_MAX_S` in all,
+    :data:`FRAME_DRAIN_IDLE_S` without a packet."""
+    frames = conn.session.frames
+    if frames is None:
+        return
+    loop = asyncio.get_running_loop()
+    start = idle_since = loop.time()
+    seen = frames.frames_received
+    while conn.connected and not frames.balanced:
+        now = loop.time()
+        if frames.frames_received != seen:
+            seen, idle_since = frames.frames_received, now
+        if now - start >= FRAME_DRAIN_MAX_S or now - idle_since >= FRAME_DRAIN_IDLE_S:
+            return
+        await asyncio.sleep(frames.frame_ms / 4000)
 
 
 async def run_replay(

@@ -91,6 +91,8 @@ SWEEP_PANELS: Final = (
         ("stop latency p50", "stop latency p95", "response gap p50", "response gap p95"),
         "ms",
     ),
+    ("frame-locked lane: frames received / frames sent", ("frame coverage",), "fraction"),
+    ("frame-locked lane: frame deficit at end of call, all sessions", ("frame deficit",), "frames"),
     ("the server's own: vllm_omni:audio_underrun_s mean (ms)", ("server underrun mean",), "ms"),
     ("the server's own: continuity OK rate (vllm_omni:audio_continuity_ok)", (), "fraction"),
 )  # fmt: skip
@@ -133,6 +135,10 @@ def sweep_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         }
         for t, rate in cont["ok_rate"].items():
             row[f"OK at {t} ms"] = rate
+        frames = r.get("frames")
+        if frames:  # a frame-locked lane (report/frames.py)
+            row["frame coverage"] = frames["coverage"]
+            row["frame deficit"] = frames["frame_deficit"]
         server = steps.get(str(r["level"])) or {}
         under = server.get("audio_underrun_s") or {}
         if under.get("mean") is not None:

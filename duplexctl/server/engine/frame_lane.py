@@ -125,6 +125,9 @@ class FrameLane:
         self._queued: list[str] = []
         self._turn = 0  # answers given (the reply text names it)
         self._last_packet = time.monotonic()
+        self._packets = 0  # output packets this session's frames made (sent or dropped)
+        drop = ctx.config.fault("drop-output-frame-every")
+        self._drop_every = int(drop.value) if drop is not None and drop.value else 0
         cfg = ctx.config
         self._eou_frames = max(1, math.ceil(cfg.eou_ms / FRAME_MS))
         self._barge_frames = max(1, math.ceil(cfg.barge_in_ms / FRAME_MS))
@@ -160,7 +163,10 @@ class FrameLane:
 
     def commit(self) -> None:
         """``input_audio_buffer.commit``: a pending partial frame is padded into a final one
-        (the model takes its turn on it)."""
+        (the model takes its turn on it); with no partial frame pending it makes no frame, as
+        vLLM-Omni 0.30's frame buffer does (``prepare_commit``: no payload)."""
+        if not self._buffer.size:
+            return
         pad = (-self._buffer.size) % FRAME_SAMPLES or FRAME_SAMPLES
         frame = np.concatenate([self._buffer, np.zeros(pad, dtype=np.float32)])[:FRAME_SAMPLES]
         self._buffer = np.zeros(0, dtype=np.float32)
@@ -305,6 +311,9 @@ class FrameLane:
         ctx = self._ctx
         if ctx.closed or epoch != ctx.epoch:
             return  # nothing of an old epoch follows its cut
+        self._packets += 1
+        if self._drop_every and self._packets % self._drop_every == 0:
+            return  # --fault drop-output-frame-every=N: this frame's packet is lost
         ctx.last_activity = time.monotonic()
         r = self._open()
         r.chunks += 1
