@@ -85,6 +85,7 @@ from websockets.exceptions import (
     WebSocketException,
 )
 
+from duplexctl.aio import cancel_and_wait
 from duplexctl.client.backoff import Backoff
 from duplexctl.client.causes import ADMISSION, Cause
 from duplexctl.client.target import TlsPolicy, process_tls
@@ -391,13 +392,15 @@ class DuplexConnection:
                 await self._open_unless(give_up, update, timeout)
         except BaseException as exc:
             if _abandoned(exc):
-                with contextlib.suppress(BaseException):
+                # the open is failing already: its settling may be cancelled again or fail
+                # quietly, and the open's own exception is what is raised
+                with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.shield(self._settle_handshake())
             await self._abort_quietly()
             raise
         why = session.unsupported_input()
         if why is not None:  # e.g. video on every append: end the session, say why
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(Exception):  # the refusal below is the answer
                 await self.close(timeout=5.0)
             raise OpenFailed(
                 f"{self._where()}: {why}",
@@ -433,9 +436,7 @@ class DuplexConnection:
         finally:
             stopping.cancel()
             if not opening.done():
-                opening.cancel()
-                with contextlib.suppress(BaseException):
-                    await opening
+                await cancel_and_wait(opening)
         if not opening.cancelled():
             opening.result()  # opened, or its OpenFailed
             return
@@ -1055,13 +1056,8 @@ class DuplexConnection:
         self._finished = True
         resuming = self._resume_task
         if resuming is not None and not resuming.done():  # past close's bound: given up
-            resuming.cancel()
-            with contextlib.suppress(BaseException):
-                await resuming
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            with contextlib.suppress(BaseException):
-                await self._maintenance
+            await cancel_and_wait(resuming)
+        await cancel_and_wait(self._maintenance)
         ws = self._ws
         if ws is not None:
             with contextlib.suppress(Exception):

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from duplexctl.aio import cancel_and_wait
 from duplexctl.export.options import PushOptions
 
 if TYPE_CHECKING:  # protobuf and cramjam are imported only where something is pushed
@@ -108,9 +109,7 @@ async def following(
     try:
         yield
     finally:
-        ticker.cancel()
-        with contextlib.suppress(BaseException):
-            await ticker
+        await cancel_and_wait(ticker)
         feed.observe(source, make_state(False))
 
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from duplexctl.aio import cancel_and_wait
 from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.client.backoff import Backoff
 from duplexctl.load.arrivals import ArrivalProcess, Ramp
@@ -190,9 +191,7 @@ class Driver:
             while self.tasks:
                 await asyncio.wait(set(self.tasks))
         finally:
-            timer.cancel()
-            with contextlib.suppress(BaseException):
-                await timer
+            await cancel_and_wait(timer)
             await self.loop_lag.stop()
         cpu_s, wall_s = self.cpu.seconds()
         return {

@@ -13,11 +13,11 @@ does (arrivals stop, every session closes with ``session.close``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
+from duplexctl.aio import cancel_and_wait
 from duplexctl.export import live as live_export
 from duplexctl.export.live import Cadence
 from duplexctl.load.config import LoadConfig
@@ -116,9 +116,7 @@ async def _in_process(
     try:
         recorder, info = await task
     finally:
-        watcher.cancel()
-        with contextlib.suppress(BaseException):
-            await watcher
+        await cancel_and_wait(watcher)
     if cadence is not None:  # the last state: the final push equals the report
         live_export.observe(0, recorder.export_state())
     return recorder, [info]

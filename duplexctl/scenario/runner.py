@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from duplexctl.aio import cancel_and_wait
 from duplexctl.audio.pacer import Pacer
 from duplexctl.client.connection import ConnectionOptions, DuplexConnection, OpenFailed
 from duplexctl.export.options import PushOptions
@@ -277,11 +278,7 @@ class Replay:
             run.interrupted = True  # Ctrl-C without a stop event: still close and save
             cancelled = True
         finally:
-            for task in waiters | set(tasks):
-                task.cancel()
-            for task in waiters | set(tasks):
-                with contextlib.suppress(BaseException):
-                    await task
+            await cancel_and_wait(*waiters, *tasks)
             self.mic.close()
             if not cancelled:
                 with contextlib.suppress(asyncio.CancelledError):
@@ -289,7 +286,7 @@ class Replay:
             await self.tools.close()
             run.closing = True
             run.cancel_background()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError):  # Ctrl-C again: still saved
                 await asyncio.shield(conn.close(timeout=close_timeout))
             t_close = conn.timings.t_close_sent_ns
             if run.artifacts is not None and t_close is not None:  # sent by the connection

@@ -24,11 +24,11 @@ and a duplicate call event is ignored.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Final
 
+from duplexctl.aio import cancel_and_wait
 from duplexctl.protocol.client_state import FunctionCall
 from duplexctl.report.turns import ToolCallTimes
 from duplexctl.scenario.model import ToolOutput
@@ -163,8 +163,4 @@ class ToolAnswerer:
             )
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
+        await cancel_and_wait(*self._tasks)

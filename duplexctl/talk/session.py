@@ -44,6 +44,7 @@ from typing import Any, Final
 import numpy as np
 
 from duplexctl import __version__
+from duplexctl.aio import cancel_and_wait
 from duplexctl.audio import pcm
 from duplexctl.audio.resample import StreamResampler
 from duplexctl.audio.vad import StreamingVad, VadParams
@@ -494,11 +495,7 @@ class TalkSession:
                 stopper.cancel()
             keys.stop()
             self.input.stop()
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(BaseException):
-                    await task
+            await cancel_and_wait(*tasks)
             self._flush_heard_all()
             self._finalize_unfinished()
             await self.output.aclose(drain=False)
