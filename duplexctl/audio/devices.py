@@ -252,11 +252,6 @@ def _open_stream(
     return stream
 
 
-def _mono_offset(timeinfo: Any) -> float:
-    """Seconds to add to a PortAudio stream time to get ``time.monotonic()``."""
-    return time.monotonic() - float(timeinfo.currentTime)
-
-
 # --- microphone -------------------------------------------------------------------------
 
 

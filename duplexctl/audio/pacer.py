@@ -107,11 +107,6 @@ class MicQueue:
         return 1000.0 * self._pos / self.rate
 
     @property
-    def queued_until_ms(self) -> float:
-        """End of the last queued clip (or the current position if nothing is pending)."""
-        return 1000.0 * max(self._tail, self._pos) / self.rate
-
-    @property
     def idle(self) -> bool:
         """True when every queued clip has been read (only silence would follow)."""
         return self._pos >= self._tail

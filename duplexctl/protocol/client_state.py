@@ -348,11 +348,6 @@ class ResponseTrack:
         """Assistant audio ms received after ``t_ns`` (docs/metrics.md ``leaked_audio_ms``)."""
         return sum(end - start for recv, start, end, _ in self.deltas if recv > t_ns)
 
-    def last_audio_after(self, t_ns: int) -> int | None:
-        """Receive time of the last delta after ``t_ns`` (``audio_stop_ms``), else None."""
-        after = [recv for recv, _, _, _ in self.deltas if recv > t_ns]
-        return max(after) if after else None
-
 
 # --------------------------------------------------------------------------------------------
 # Audio delta decoding

@@ -34,12 +34,6 @@ def format_value(value: float | None) -> str:
     return f"{value:.3f}"
 
 
-def format_p99(hist: LatencyHistogram) -> str:
-    """The p99 with the low-n mark when it is really just the top sample or two."""
-    text = format_value(hist.percentile(99))
-    return text + LOW_N_MARK if 0 < hist.count < P99_MIN_N else text
-
-
 def format_percentiles(
     hist: LatencyHistogram,
     percentiles: Sequence[float] = (50, 95, 99),

@@ -87,11 +87,6 @@ class SimulatedGpu:
         room = self.slots or capacity
         return min(1.0, self.running / room) if room > 0 else 0.0
 
-    async def compute_unit(self) -> float:
-        """Occupy a slot for one output unit; returns the ms spent (queueing included)."""
-        waited, ms = await self.run_unit()
-        return waited + ms
-
     def asks_at(self, at: float) -> float:
         """When a unit that must finish at monotonic ``at`` asks for its slot: one idle
         unit's compute time before it."""

@@ -73,11 +73,6 @@ def _event_id(event: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _opt_str(event: dict[str, Any], key: str) -> str | None:
-    value = event.get(key)
-    return value if isinstance(value, str) else None
-
-
 def _opt_bool(event: dict[str, Any], *keys: str) -> bool | None:
     for key in keys:
         if isinstance(event.get(key), bool):

@@ -122,7 +122,3 @@ class TalkConfig:
     def simulated_output(self) -> bool:
         """``--output-device none``: no sound card; a simulated playback clock instead."""
         return (self.output_device or "").strip().lower() in NO_DEVICE
-
-    @property
-    def uses_microphone(self) -> bool:
-        return not self.input_files
