@@ -32,31 +32,38 @@ _US: Final = 1000
 
 @dataclass(slots=True)
 class FrameLedger:
-    """One session's frames in and out on a lane of ``frame_ms`` frames."""
+    """One session's frames in and out on a lane of ``frame_ms`` frames.
+
+    :meth:`sent` runs for every append of every session (on any lane that states a step,
+    before it is known to be frame-locked), so it only adds: the input since the last commit
+    or clear is cut into frames when asked (:attr:`frames_sent`)."""
 
     frame_ms: int
-    frames_sent: int = 0
     received_ms: float = 0.0
     commits_padded: int = 0
-    _pending_us: int = 0  # input of the frame not yet complete
+    _closed_frames: int = 0  # frames of the input before the last commit or clear
+    _open_us: int = 0  # input since then, in µs
 
     def sent(self, audio_ms: float) -> None:
         """An append of ``audio_ms`` of input went out."""
-        frame_us = self.frame_ms * _US
-        self._pending_us += round(audio_ms * _US)
-        whole, self._pending_us = divmod(self._pending_us, frame_us)
-        self.frames_sent += whole
+        self._open_us += round(audio_ms * _US)
 
     def committed(self) -> None:
         """``input_audio_buffer.commit``: a pending partial frame becomes a frame of its own."""
-        if self._pending_us:
-            self._pending_us = 0
-            self.frames_sent += 1
-            self.commits_padded += 1
+        whole, partial = divmod(self._open_us, self.frame_ms * _US)
+        self._closed_frames += whole + (partial > 0)
+        self.commits_padded += partial > 0
+        self._open_us = 0
 
     def cleared(self) -> None:
         """``input_audio_buffer.clear``: the pending partial frame is discarded."""
-        self._pending_us = 0
+        self._closed_frames += self._open_us // (self.frame_ms * _US)
+        self._open_us = 0
+
+    @property
+    def frames_sent(self) -> int:
+        """Whole frames of input sent (a commit's padded frame included)."""
+        return self._closed_frames + self._open_us // (self.frame_ms * _US)
 
     def received(self, audio_ms: float) -> None:
         """An output packet of ``audio_ms`` arrived."""

@@ -163,7 +163,6 @@ class ScriptedMicrophone:
         # with nothing to trace, appends go out as pre-formatted text (no dict, no orjson)
         text_only = run.artifacts is None
         append_text = cs.append_text
-        rate = self.queue.rate
         while True:
             if cs.max_append_samples != self._learned_samples:
                 self.adopt_cadence()  # the server refused longer appends: follow its limit
@@ -194,7 +193,7 @@ class ScriptedMicrophone:
             if sent is None:
                 run.skipped_appends += 1
                 continue
-            cs.input_sent(chunk.samples.size * 1000 / rate)
+            cs.input_sent(chunk_ms)  # frame accounting (protocol/frames.py)
             lag_ms = pacer.record_send(chunk, sent / NS_PER_S)
             if on_append is not None:
                 on_append(sent / NS_PER_S, lag_ms)
