@@ -100,6 +100,13 @@ async def test_a_turn_is_timed_from_the_speech(lane: Lane) -> None:
         assert not turn["early_start"] and turn["reason"] == "stop"
         assert fig(turn, "turn_ms") > ttfa and fig(turn, "audio_ms") >= 1500
         assert "ttfa_created_ms" not in turn["figures"]  # response.created is no decision
+    # every frame came back as one packet, once the tail was waited for; the summary says so
+    frames = report["frames"]
+    assert frames["frame_ms"] == 80 and frames["frames_sent"] > 30, frames
+    assert frames["frame_deficit"] == 0 and frames["frames_inserted"] == 0, frames
+    line = next(x for x in plain_lines(report) if x.startswith("frames ("))
+    assert line.startswith(f"frames (frame-locked lane, 80 ms): {frames['frames_sent']} sent, ")
+    assert "coverage 100%; deficit at end of call 0 frames; 0 inserted by the server" in line
 
 
 async def test_a_barge_in_is_the_model_ending_its_turn(lane: Lane) -> None:
