@@ -8,7 +8,7 @@ import pytest
 
 from duplexctl.behaviour.activity import Segment
 from duplexctl.behaviour.figures import ScriptedEvents, conversation_figures
-from duplexctl.behaviour.timeline import ASSISTANT, USER, ConversationTimeline
+from duplexctl.behaviour.timeline import ASSISTANT, USER, ConversationTimeline, EnergyCache
 
 
 def S(a: float, b: float) -> Segment:
@@ -91,3 +91,25 @@ def test_timeline_places_energy_where_it_was_heard() -> None:
     )
     assert t.segments(USER) == []
     assert t.length_ms() == pytest.approx(3000.0)
+
+
+def test_a_clips_frame_energies_computed_once_are_the_same_as_computed_each_time() -> None:
+    """load shares one EnergyCache across its sessions: each view of a clip (offset, length,
+    phase on the 10 ms grid) is summed once; every session's timeline must hold exactly the
+    energies it would have summed itself, at 100 and 40 ms appends, aligned or not."""
+    rng = np.random.default_rng(7)
+    clip = (0.2 * rng.standard_normal(16000 * 2)).astype(np.float32)
+    cache = EnergyCache()
+    for packet, shift_ms in ((1600, 0.0), (640, 0.0), (1600, 3.3125), (640, 7.5)):
+        for _session in range(2):  # the second session reads every view from the cache
+            cached, computed = ConversationTimeline(), ConversationTimeline()
+            for offset in range(0, clip.size - packet + 1, packet):
+                view = clip[offset : offset + packet]
+                at_ms = 250.0 + shift_ms + offset / 16.0
+                cached.add(USER, view, 16000, at_ms, origin=(clip, offset), cache=cache)
+                computed.add(USER, view, 16000, at_ms)
+            np.testing.assert_array_equal(cached.levels(USER), computed.levels(USER))
+    # one entry per view and phase, reused by the second session
+    assert len(cache._views) == sum(
+        len(range(0, clip.size - p + 1, p)) for p in (1600, 640, 1600, 640)
+    )

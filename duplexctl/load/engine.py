@@ -48,6 +48,7 @@ from typing import Any, Final
 
 from duplexctl.aio import cancel_and_wait
 from duplexctl.audio.sendgrid import SendGrid
+from duplexctl.behaviour.timeline import EnergyCache
 from duplexctl.client.backoff import Backoff
 from duplexctl.load.arrivals import ArrivalProcess, Ramp
 from duplexctl.load.config import LoadConfig
@@ -123,6 +124,7 @@ class Driver:
         self.stop = stop
         self.worker = worker
         self.appends = AppendCache(plan.settings.input_format_canonical)
+        self.energies = EnergyCache()
         self.send_grid = SendGrid(plan.replay.chunk_ms / 1000, config.execution.send_phases)
         shape = config.shape
         seed = shape.seed if shape.seed is not None else random.SystemRandom().randrange(2**32)
@@ -168,6 +170,7 @@ class Driver:
             mix=c.mix,
             rng=random.Random(self.rng.random()),
             appends=self.appends,
+            energies=self.energies,
             send_grid=self.send_grid,
             open_timeout_s=e.open_timeout_s,
             close_timeout_s=e.close_timeout_s,

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from duplexctl.audio.sendgrid import SendGrid
 from duplexctl.behaviour.figures import Figures
+from duplexctl.behaviour.timeline import EnergyCache
 from duplexctl.client.connection import ConnectionLost, DuplexConnection, OpenFailed
 from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
@@ -222,6 +223,7 @@ class LoadSession:
         mix: Mix,
         rng: random.Random,
         appends: AppendCache,
+        energies: EnergyCache | None = None,
         send_grid: SendGrid | None = None,
         open_timeout_s: float = 30.0,
         close_timeout_s: float = 10.0,
@@ -239,6 +241,7 @@ class LoadSession:
         self.mix = mix
         self.rng = rng
         self.appends = appends
+        self.energies = energies
         self.send_grid = send_grid
         self.open_timeout_s = open_timeout_s
         self.close_timeout_s = close_timeout_s
@@ -273,6 +276,7 @@ class LoadSession:
             clips=self.script.clips,
             headless=Headless(
                 appends=self.appends,
+                energies=self.energies,
                 send_grid=self.send_grid,
                 on_turn=lambda record, times: self.sink.turn(record, times, rec),
                 on_append=self.sink.send_lag,

@@ -53,6 +53,8 @@ class ScriptedMicrophone:
         if appends is not None and appends.wire_format != self.input_format:
             raise ValueError(f"append cache is {appends.wire_format}, not {self.input_format}")
         self._encode = (appends or AppendCache(self.input_format, limit=0)).encode
+        # the user channel's frame energies, shared by the process's sessions (load)
+        self._energies = headless.energies if headless is not None else None
         self.queue = MicQueue(s.input_rate)
         self.pacer = Pacer(
             config.chunk_ms,
@@ -108,7 +110,12 @@ class ScriptedMicrophone:
         self._next_mark_ms = min(self._next_mark_ms, turn.next_mark())
 
     def _on_timeline(
-        self, samples: np.ndarray, silent: bool, audio_end_ms: float, sent_ns: int
+        self,
+        samples: np.ndarray,
+        silent: bool,
+        audio_end_ms: float,
+        sent_ns: int,
+        origin: tuple[np.ndarray, int] | None,
     ) -> None:
         """The append onto the behaviour timeline, at its place on the pacer's schedule
         (the first append's send fixes where ``u`` = 0 is); silence adds nothing."""
@@ -119,7 +126,8 @@ class ScriptedMicrophone:
         if run.user_offset_ms is None:
             run.user_offset_ms = (sent_ns - run.origin_ns) / NS_PER_MS - u_start
         if not silent:
-            run.timeline.add(USER, samples, rate, run.user_offset_ms + u_start)
+            at_ms = run.user_offset_ms + u_start
+            run.timeline.add(USER, samples, rate, at_ms, origin=origin, cache=self._energies)
 
     @property
     def position_ms(self) -> float:
@@ -200,7 +208,9 @@ class ScriptedMicrophone:
             if run.artifacts is not None:
                 run.artifacts.user_audio(chunk.samples, sent)
             if run.timeline is not None:
-                self._on_timeline(chunk.samples, chunk.silent, chunk.audio_end_ms, sent)
+                self._on_timeline(
+                    chunk.samples, chunk.silent, chunk.audio_end_ms, sent, chunk.origin
+                )
             if chunk.audio_end_ms >= self._next_mark_ms:
                 await self._marks(chunk.audio_end_ms, sent)
             if duty is not None:  # headless: this loop is the session's only timer

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from duplexctl.audio.playback import PlaybackClock
 from duplexctl.audio.sendgrid import SendGrid
-from duplexctl.behaviour.timeline import ConversationTimeline
+from duplexctl.behaviour.timeline import ConversationTimeline, EnergyCache
 from duplexctl.client.connection import ConnectionLostError, DuplexConnection
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.protocol.commits import CommitLedger
@@ -56,6 +56,8 @@ class Headless:
     """
 
     appends: AppendCache | None = None
+    # the behaviour timeline's frame energies of the clips, shared like ``appends``
+    energies: EnergyCache | None = None
     send_grid: SendGrid | None = None
     on_turn: Callable[[TurnRecord, TurnTimes], None] | None = None
     on_append: Callable[[float, float], None] | None = None
