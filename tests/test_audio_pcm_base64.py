@@ -61,3 +61,24 @@ def test_round_trip_of_a_delta_sized_payload() -> None:
     text = pcm.b64encode(data)
     assert text == base64.b64encode(data).decode("ascii")
     assert pcm.b64decode(text) == data
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    n=st.integers(min_value=0, max_value=4800),
+    scale=st.floats(min_value=0.0, max_value=200.0),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    odd=st.booleans(),
+)
+def test_audible_is_exactly_the_rms_rule(n: int, scale: float, seed: int, odd: bool) -> None:
+    """pcm16_audible's one-dot sum of squares decides exactly as sqrt(mean(square(x))) >=
+    the silence floor did, around the floor (98.3 of 32768) too; a trailing odd byte is
+    ignored."""
+    import numpy as np
+
+    x = (np.random.default_rng(seed).standard_normal(n) * scale).astype("<i2")
+    data = x.tobytes() + (b"\x01" if odd else b"")
+    expected = n > 0 and float(np.sqrt(np.mean(np.square(x.astype(np.float64))))) >= (
+        pcm.SILENCE_RMS * 32768.0
+    )
+    assert pcm.pcm16_audible(data) is expected
