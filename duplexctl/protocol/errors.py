@@ -43,6 +43,24 @@ _TYPE_BY_CODE: Final[dict[str, str]] = {
     "server_vad_unavailable": SERVER_ERROR,
 }
 
+#: Errors that answer the client's own bookkeeping — a playback ack or a truncate naming an
+#: item the server no longer plays, an ack after the reply ended, a cancel that raced the
+#: response's end — not a failure of the turn in flight: replay and load do not fail a turn
+#: on them, talk does not show them (every one is still counted in the run's errors).
+BOOKKEEPING_CODES: Final = frozenset(
+    {
+        "playback_item_not_found",
+        "playback_item_mismatch",
+        "playback_ack_too_late",
+        "item_not_found",
+        "response_not_active",
+    }
+)
+#: The server cannot run server VAD for this session (it refuses the turn detection asked
+#: for, or its VAD module is not there): talk's ``--turn-detection auto`` falls back to
+#: push-to-talk on these codes, and on nothing else (a wrong VAD setting is the user's to fix).
+VAD_REFUSAL_CODES: Final = frozenset({"unsupported_turn_detection", "server_vad_unavailable"})
+
 _LIMIT_RE: Final = re.compile(r"limit\s*=\s*(\d+)|max_sessions\s*=\s*(\d+)")
 
 
@@ -148,3 +166,10 @@ class ProtocolError(Exception):
         return realtime_error(
             self.code, self.message, client_event_id=client_event_id if self.echo_event_id else None
         )
+
+
+def refuses_server_vad(error: WireError | None) -> bool:
+    """The handshake failed because the server cannot run server VAD here
+    (:data:`VAD_REFUSAL_CODES`), decided by the code alone: an ``invalid_session_config``
+    whose message mentions VAD is a setting to fix, not a lane without VAD."""
+    return error is not None and error.code in VAD_REFUSAL_CODES

@@ -46,6 +46,7 @@ from duplexctl.protocol.client_state import (
     SpeechStopped,
 )
 from duplexctl.protocol.commits import LOST_AT_DROP, Verdicts
+from duplexctl.protocol.errors import BOOKKEEPING_CODES
 from duplexctl.report.turns import ResumeTimes
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.model import TurnEnd
@@ -55,15 +56,6 @@ from duplexctl.units import NS_PER_MS, NS_PER_S
 
 BURST_GAP_NS: Final = 10 * NS_PER_MS  # frames closer than this after session.resumed = the replay
 # errors that concern playback bookkeeping, not whether a turn was answered
-_NOT_TURN_ERRORS: Final = frozenset(
-    {
-        "playback_item_not_found",
-        "playback_item_mismatch",
-        "playback_ack_too_late",
-        "item_not_found",
-        "response_not_active",
-    }
-)
 
 
 class Listener:
@@ -274,7 +266,7 @@ class Listener:
         if refused_samples(err) is not None:
             return  # an append longer than the lane takes: the microphone follows the limit
         turn = run.awaiting(need_eos=False)
-        if turn is not None and err.code not in _NOT_TURN_ERRORS and turn.response_id is None:
+        if turn is not None and err.code not in BOOKKEEPING_CODES and turn.response_id is None:
             turn.times.error = err.code
             if run.headless is not None and h.seq is not None:
                 turn.done.set()  # the server failed the turn: no answer will come

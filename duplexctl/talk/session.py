@@ -76,6 +76,7 @@ from duplexctl.protocol.client_state import (
     TextDelta,
     TranscriptDelta,
 )
+from duplexctl.protocol.errors import BOOKKEEPING_CODES, refuses_server_vad
 from duplexctl.protocol.playback_duty import PlaybackDuty
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.report.turns import BargeTimes, Delta, Figure, TurnRecord, TurnTimes, compute_turn
@@ -90,16 +91,12 @@ from duplexctl.units import NS_PER_MS, NS_PER_S
 
 # errors that are the expected echo of our own races (cancel after the answer ended, an ack
 # or truncate for a reply the server already released): not worth the user's attention
-QUIET_ERRORS: Final = frozenset(
-    {"response_not_active", "playback_item_not_found", "playback_ack_too_late"}
-)
 # How talk runs without sound (a missing PortAudio, no sound server): said with the error.
 WITHOUT_SPEAKER: Final = (
     "to talk without sound: --output-device none (a simulated playback clock) and "
     "--input-file FILE (instead of the microphone)"
 )
 WITHOUT_MICROPHONE: Final = "to talk without a microphone: --input-file FILE[@SECONDS]"
-_VAD_REFUSALS: Final = frozenset({"unsupported_turn_detection", "server_vad_unavailable"})
 LOCAL_STOP_ORIGIN: Final = (
     "output flushed (local barge-in) - capture time of the first sample of the interrupting "
     "speech (talk only: how fast playback stopped on the client)"
@@ -353,14 +350,7 @@ class TalkSession:
             )
         except HandshakeFailed as exc:
             err = exc.error
-            vad_refused = err is not None and (
-                err.code in _VAD_REFUSALS
-                or (
-                    err.code == "invalid_session_config"
-                    and ("turn_detection" in err.message or "vad" in err.message.lower())
-                )
-            )
-            if c.turn_detection != "auto" or not vad_refused:
+            if c.turn_detection != "auto" or not refuses_server_vad(err):
                 raise
             assert err is not None
             self.view.info(f"server refused server VAD ({err.code}): using push-to-talk")
@@ -866,7 +856,7 @@ class TalkSession:
             if h.response_id is not None:
                 self.view.info(f"the model chose to listen ({h.reason})")
         elif isinstance(h, ErrorReceived):
-            if h.error.code not in QUIET_ERRORS:
+            if h.error.code not in BOOKKEEPING_CODES:
                 self.view.info(f"server error: {h.error.code}: {h.error.message}")
         elif isinstance(h, ConnectionLost):
             if h.resuming:
