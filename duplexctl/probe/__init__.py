@@ -13,7 +13,7 @@ Public API::
 """
 
 from duplexctl.probe.model import ProbeReport, ProbeResult, TraceEntry, Verdict
-from duplexctl.probe.registry import all_probes, select
+from duplexctl.probe.probes import all_probes, select
 from duplexctl.probe.render import render, result_lines, summary_line
 from duplexctl.probe.runner import ProbeConfig, probe_target, run_probes
 

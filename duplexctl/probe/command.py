@@ -22,7 +22,7 @@ from duplexctl.terminal import json_text
 
 def check(config: ProbeConfig) -> None:
     """What the probes cannot run with (BadInput, before anything starts)."""
-    from duplexctl.probe.registry import select
+    from duplexctl.probe.probes import select
 
     try:
         select(config.only)

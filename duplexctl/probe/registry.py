@@ -1,10 +1,12 @@
-"""The registry of probes: name, order, time bounds, and the function that runs it.
+"""The registry of probes: name, time bounds, and the function that runs it.
 
 A probe is an ``async def fn(ctx: ProbeContext) -> str`` whose docstring says which bug it
 catches and why that bug matters; it returns a one-line summary on success, raises
 :class:`ProbeFailed` when the server broke the property and :class:`ProbeSkipped` when the
 property cannot be checked here. Registering with :func:`probe` keeps the list in one place
 so ``--only`` can name any of them and the runner can budget time before starting one.
+The run order is not here: it is one tuple with its reasons, ``duplexctl.probe.probes``
+``RUN_ORDER``, which imports every probe module (this module imports none: no circle).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ class Probe:
     """
 
     name: str
-    order: int
     expected_s: float
     max_s: float
     fn: ProbeFn
@@ -47,37 +48,19 @@ class Probe:
 _PROBES: dict[str, Probe] = {}
 
 
-def probe(
-    name: str, *, order: int, expected_s: float, max_s: float
-) -> Callable[[ProbeFn], ProbeFn]:
-    """Register ``fn`` as probe ``name`` (run in ascending ``order``)."""
+def probe(name: str, *, expected_s: float, max_s: float) -> Callable[[ProbeFn], ProbeFn]:
+    """Register ``fn`` as probe ``name`` (its place in the run: ``probes.RUN_ORDER``)."""
 
     def register(fn: ProbeFn) -> ProbeFn:
         if name in _PROBES:
             raise ValueError(f"probe {name!r} registered twice")
-        _PROBES[name] = Probe(name, order, expected_s, max_s, fn)
+        _PROBES[name] = Probe(name, expected_s, max_s, fn)
         return fn
 
     return register
 
 
-def all_probes() -> list[Probe]:
-    """Every probe, in run order (importing the probe modules registers them)."""
-    from duplexctl.probe import probes  # noqa: F401  (registration side effect)
-
-    return sorted(_PROBES.values(), key=lambda p: p.order)
-
-
-def select(only: list[str] | None) -> list[Probe]:
-    """The probes named by ``--only`` (in run order); ValueError naming unknown names."""
-    probes_ = all_probes()
-    if not only:
-        return probes_
-    known = {p.name for p in probes_}
-    unknown = [n for n in only if n not in known]
-    if unknown:
-        raise ValueError(
-            f"unknown probe {', '.join(unknown)} (known: {', '.join(p.name for p in probes_)})"
-        )
-    wanted = set(only)
-    return [p for p in probes_ if p.name in wanted]
+def registered() -> dict[str, Probe]:
+    """The probes registered so far, by name (``duplexctl.probe.probes`` registers them all and
+    puts them in run order)."""
+    return dict(_PROBES)

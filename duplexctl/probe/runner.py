@@ -24,7 +24,8 @@ from typing import Any
 from duplexctl.errors import BadInput, ServerUnreachable
 from duplexctl.probe.context import Facts, ProbeContext, probe_settings
 from duplexctl.probe.model import ProbeFailed, ProbeReport, ProbeResult, ProbeSkipped, Verdict
-from duplexctl.probe.registry import Probe, select
+from duplexctl.probe.probes import select
+from duplexctl.probe.registry import Probe
 from duplexctl.prometheus.endpoints import ScrapeOptions
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.resolver import Command, RunSettings, check_setting, resolve

@@ -44,7 +44,7 @@ def _cork(raw: RawConn) -> bool:
     return True
 
 
-@probe("abandoned-handshake", order=200, expected_s=5, max_s=MEASURE_BOUND_S + 30)
+@probe("abandoned-handshake", expected_s=5, max_s=MEASURE_BOUND_S + 30)
 async def abandoned_handshake(ctx: ProbeContext) -> str:
     """An admission slot leaked by a client that vanished before reading session.created.
 

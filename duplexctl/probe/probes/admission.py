@@ -153,7 +153,7 @@ def rejection_problems(a: OpenAttempt, limit: int) -> list[str]:
     return problems
 
 
-@probe("admission", order=30, expected_s=6, max_s=60)
+@probe("admission", expected_s=6, max_s=60)
 async def admission(ctx: ProbeContext) -> str:
     """An admission limit that is not exact under a burst, mis-states itself, or frees late.
 

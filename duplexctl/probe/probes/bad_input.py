@@ -57,7 +57,7 @@ def _cases() -> list[tuple[str, dict[str, Any] | str, frozenset[str]]]:
     ]
 
 
-@probe("bad-input", order=20, expected_s=4, max_s=45)
+@probe("bad-input", expected_s=4, max_s=45)
 async def bad_input(ctx: ProbeContext) -> str:
     """Bad input that kills or wedges the session instead of being answered with an error.
 

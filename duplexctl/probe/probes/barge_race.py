@@ -15,7 +15,7 @@ OFFSETS_MS = (0, 0, 1, 2, 5, 10, 20, 50)
 ANSWER_WITHIN_S = 6.0
 
 
-@probe("barge-in-race", order=50, expected_s=8, max_s=90)
+@probe("barge-in-race", expected_s=8, max_s=90)
 async def barge_in_race(ctx: ProbeContext) -> str:
     """A turn gate left closed by a barge-in that races an append: the next turn is never answered.
 

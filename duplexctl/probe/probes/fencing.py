@@ -19,7 +19,7 @@ WATCH_S = 1.5  # how long after response.done late output is looked for (> one c
 _DELTAS = frozenset({names.AUDIO_DELTA, names.TRANSCRIPT_DELTA, names.TEXT_DELTA})
 
 
-@probe("epoch-fencing", order=60, expected_s=9, max_s=90)
+@probe("epoch-fencing", expected_s=9, max_s=90)
 async def epoch_fencing(ctx: ProbeContext) -> str:
     """Audio of a cancelled response that keeps coming after its response.done.
 

@@ -18,7 +18,7 @@ _CAPS_SHOWN = (
 )
 
 
-@probe("handshake", order=10, expected_s=2, max_s=20)
+@probe("handshake", expected_s=2, max_s=20)
 async def handshake(ctx: ProbeContext) -> str:
     """A handshake a client cannot build on: missing id, token or capabilities, wrong order.
 

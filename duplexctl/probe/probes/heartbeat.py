@@ -15,7 +15,7 @@ HEARTBEAT_EVERY_S = 0.7
 DROP_WITHIN_S = IDLE_TIMEOUT_S + 3.0
 
 
-@probe("heartbeat", order=100, expected_s=11, max_s=45)
+@probe("heartbeat", expected_s=11, max_s=45)
 async def heartbeat(ctx: ProbeContext) -> str:
     """A quiet session dropped although the client sends heartbeats (or never dropped at all).
 

@@ -159,7 +159,7 @@ async def _frame_case(ctx: ProbeContext, problems: list[str]) -> str:
         await pc.close()
 
 
-@probe("responses", order=40, expected_s=14, max_s=120)
+@probe("responses", expected_s=14, max_s=120)
 async def responses(ctx: ProbeContext) -> str:
     """Responses that never end (or end twice): a turn gate stuck closed, a slot held.
 

@@ -20,7 +20,7 @@ def _resume_answer(f: dict[str, object]) -> bool:
     return f.get("type") in ("session.resumed", "session.resync_required", "error")
 
 
-@probe("resume-replay", order=70, expected_s=6, max_s=60)
+@probe("resume-replay", expected_s=6, max_s=60)
 async def resume_replay(ctx: ProbeContext) -> str:
     """Events lost or duplicated across a dropped connection and its resume.
 
@@ -99,7 +99,7 @@ async def resume_replay(ctx: ProbeContext) -> str:
     return "replay after a drop: no gap, no duplicate, token rotated"
 
 
-@probe("resume-after-grace", order=110, expected_s=8, max_s=GRACE_BOUND_S + 25)
+@probe("resume-after-grace", expected_s=8, max_s=GRACE_BOUND_S + 25)
 async def resume_after_grace(ctx: ProbeContext) -> str:
     """A session that can still be resumed after its disconnect grace (a slot that never frees).
 
@@ -146,7 +146,7 @@ async def resume_after_grace(ctx: ProbeContext) -> str:
     )
 
 
-@probe("journal-gap", order=80, expected_s=2, max_s=40)
+@probe("journal-gap", expected_s=2, max_s=40)
 async def journal_gap(ctx: ProbeContext) -> str:
     """A resume below the acknowledged seq that is not refused (a replay with a silent hole).
 
@@ -204,7 +204,7 @@ async def journal_gap(ctx: ProbeContext) -> str:
     return "resume below the ack: session.resync_required{journal_gap}; session and token kept"
 
 
-@probe("takeover", order=90, expected_s=2, max_s=40)
+@probe("takeover", expected_s=2, max_s=40)
 async def takeover(ctx: ProbeContext) -> str:
     """A takeover that leaves two sockets attached, or keeps the superseded token valid.
 

@@ -70,7 +70,7 @@ async def _answer(pc: ProbeConn, call_id: str, output: Any) -> tuple[str | None,
     return error, False
 
 
-@probe("tool-calls", order=65, expected_s=16, max_s=90)
+@probe("tool-calls", expected_s=16, max_s=90)
 async def tool_calls(ctx: ProbeContext) -> str:
     """A tool call answered twice, a result for no call accepted, or a cancel that keeps a
     forgotten result.
