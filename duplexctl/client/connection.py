@@ -112,7 +112,7 @@ from duplexctl.protocol.client_state import (
 )
 from duplexctl.protocol.errors import WireError
 from duplexctl.protocol.invariants import Violation
-from duplexctl.protocol.playback_duty import EventAckDuty
+from duplexctl.protocol.playback_duty import EVENT_ACK_BATCH, EVENT_ACK_EVERY_S, EventAckDuty
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.units import MiB
 
@@ -248,8 +248,8 @@ class ConnectionOptions:
 
     open_timeout_s: float = 10.0  # TCP + upgrade
     heartbeat_s: float | None = 10.0  # None: never; sent only after this long without a send
-    ack_interval_s: float = 0.25
-    ack_batch: int = 32
+    ack_interval_s: float = EVENT_ACK_EVERY_S  # session.event_ack cadence (playback_duty.py)
+    ack_batch: int = EVENT_ACK_BATCH
     auto_resume: bool = True
     resume_attempts: int = 5
     resume_timeout_s: float = 10.0  # per attempt: open + session.resumed

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from duplexctl.errors import BadInput
+from duplexctl.protocol.playback_duty import ACK_EVERY_MS
 from duplexctl.resolver import FLAGS, TALK_BLOCK_MS, Command, RunSettings, resolve
 from duplexctl.values import DURATION_FORMS, input_file, parse_duration
 
@@ -89,7 +90,7 @@ class TalkConfig:
     # capture block; not an option: the resolver checks chunk_ms is a whole number of them
     block_ms: int = field(default=TALK_BLOCK_MS, init=False)
     prebuffer_ms: float | None = None
-    ack_interval_ms: float = 200.0
+    ack_interval_ms: float = ACK_EVERY_MS  # playback.ack cadence (protocol/playback_duty.py)
     server_overrides: dict[str, Any] = field(default_factory=dict)  # embedded server only
     settings: RunSettings = field(init=False, repr=False)
 
