@@ -208,7 +208,7 @@ async def test_tls_self_signed_verification_fails_then_ca_file_and_insecure_work
 
 
 async def test_load_workers_trust_the_ca_file_too(hostile_server: Any) -> None:
-    """Workers are fresh processes (spawn): the policy reaches them through the environment."""
+    """Workers are fresh processes (spawn): the policy reaches them in their configuration."""
     server = await hostile_server("duplex", tls=True)
     code, out, err, _ = await run_cli(
         "load", CLIP, "--url", server.url, "--ca-file", str(server.ca_file), "--duration", "2s",

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from duplexctl.client.target import ENV_CA_FILE, ENV_INSECURE, TlsPolicy, parse_url, prepare
+from duplexctl.client.target import (
+    ENV_CA_FILE,
+    ENV_INSECURE,
+    TlsPolicy,
+    parse_url,
+    prepare,
+    process_tls,
+)
 from duplexctl.errors import BadInput
 
 
@@ -44,9 +51,13 @@ def test_malformed_urls_are_bad_input_naming_the_url(typed: str) -> None:
     assert "ws://HOST:PORT/v1/realtime?duplex=1" in str(caught.value)
 
 
-def test_prepare_installs_the_policy_for_child_processes(
+def test_prepare_installs_the_policy_for_this_process_and_leaves_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """load's workers and Ray actors get the policy in their configuration (an environment
+    does not reach an actor): prepare installs it here and writes no variable."""
+    import os
+
     import trustme
 
     ca = trustme.CA()
@@ -56,14 +67,13 @@ def test_prepare_installs_the_policy_for_child_processes(
     monkeypatch.delenv(ENV_INSECURE, raising=False)
     url, lines = prepare("wss://h:1/v1/realtime", TlsPolicy(ca_file=pem))
     assert url == "wss://h:1/v1/realtime" and lines == []
-    import os
-
-    assert os.environ[ENV_CA_FILE] == str(pem) and TlsPolicy.from_env().ca_file == pem
+    assert process_tls() == TlsPolicy(ca_file=pem)
     _, lines = prepare(None, TlsPolicy(insecure=True))
     assert any("WARNING: --insecure" in line for line in lines)
-    assert os.environ[ENV_INSECURE] == "1" and ENV_CA_FILE not in os.environ
+    assert process_tls() == TlsPolicy(insecure=True)
+    assert ENV_CA_FILE not in os.environ and ENV_INSECURE not in os.environ
     prepare(None, TlsPolicy())  # back to the default for the rest of the session
-    assert TlsPolicy.from_env() == TlsPolicy()
+    assert process_tls() == TlsPolicy()
 
 
 def test_a_ca_file_that_is_not_pem_is_bad_input(tmp_path: Path) -> None:

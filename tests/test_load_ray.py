@@ -246,6 +246,29 @@ def test_ray_client_address_runs_the_workers_on_the_cluster(cluster: Any, tmp_pa
 
 
 @pytest.mark.slow
+async def test_the_actors_trust_the_ca_file_the_driver_was_given(
+    cluster: Any, hostile_server: Any, tmp_path: Path
+) -> None:
+    """Ray starts its actors from the raylet, not from the driver, so an environment set by
+    the driver never reached them: ``--ca-file`` of a private CA travels in the run's
+    configuration and every actor, on either node, trusts the server with it."""
+    server = await hostile_server("duplex", tls=True)
+    out = tmp_path / "tls"
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        load_cmd(cluster, SHORT, "--url", server.url, "--ca-file", str(server.ca_file),
+                 "--workers-per-node", "1", "--sessions", "2", "--duration", "3s",
+                 "--no-server-metrics", "--out", str(out)),
+        capture_output=True, text=True, timeout=180, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = report_of(out)
+    by_kind = report["admission"]["by_kind"]
+    assert set(by_kind) == {"admitted"} and by_kind["admitted"] >= 2, report["admission"]
+    assert len({w["node"] for w in report["workers"]}) == 2
+
+
+@pytest.mark.slow
 def test_live_seconds_add_up_to_the_cluster_totals_and_the_merged_run(
     cluster: Any, tmp_path: Path
 ) -> None:

@@ -324,12 +324,13 @@ def load(
     --find-capacity answers how many conversations the server holds. Exit 1 when an SLO
     failed, 3 when no session was ever admitted."""
     from duplexctl.cli.app import say_notes
+    from duplexctl.client.target import process_tls
     from duplexctl.load import config as c
     from duplexctl.load.run import run_load
 
     url = o.target(url, ca_file, insecure)
     config = c.LoadConfig(
-        target=c.Target(url=url, api_key=api_key),
+        target=c.Target(url=url, api_key=api_key, tls=process_tls()),
         conversation=c.Conversation(
             inputs=tuple(str(p) for p in inputs or []),
             flags={

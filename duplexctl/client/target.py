@@ -14,10 +14,11 @@ Every client command (``replay``, ``load``, ``talk``, ``probe``) goes through th
   default, ``--ca-file PEM`` to trust a private CA, ``--insecure`` to skip verification
   (a loud warning every run: anyone on the path can then impersonate the server).
   :func:`use_tls` installs it for the whole process at the command line boundary — the four
-  commands open connections deep inside code that has no reason to carry it (runners, load
-  workers, probes), and trust is by nature per process, like the trust store itself. It is
-  also exported in the environment (``DUPLEXCTL_CA_FILE`` / ``DUPLEXCTL_INSECURE``, the
-  options' own variables) so ``load``'s worker processes, started fresh, apply the same.
+  commands open connections deep inside code that has no reason to carry it (runners,
+  probes), and trust is by nature per process, like the trust store itself. ``load``'s
+  worker processes and Ray actors get it in their configuration and install it there (the
+  environment does not reach a Ray actor). ``DUPLEXCTL_CA_FILE`` / ``DUPLEXCTL_INSECURE``
+  are the options' own variables, read when nothing installed a policy.
 * :func:`server_target` is the one place that decides "the embedded reference server, or the
   ``--url``": an async context manager yielding a :class:`Target` (the URL to connect to and
   the line that says which).
@@ -164,18 +165,12 @@ _process_tls: TlsPolicy | None = None
 
 
 def use_tls(policy: TlsPolicy) -> None:
-    """Install ``policy`` for this process and the processes it starts (load's workers)."""
+    """Install ``policy`` for this process. load's worker processes and Ray actors are given
+    it in their ``LoadConfig`` (``target.tls``) and install it themselves: an environment
+    does not reach an actor, which Ray's raylet starts, on this node or another."""
     global _process_tls
     policy.check()
     _process_tls = policy
-    if policy.ca_file is not None:
-        os.environ[ENV_CA_FILE] = str(policy.ca_file)
-    else:
-        os.environ.pop(ENV_CA_FILE, None)
-    if policy.insecure:
-        os.environ[ENV_INSECURE] = "1"
-    else:
-        os.environ.pop(ENV_INSECURE, None)
 
 
 def process_tls() -> TlsPolicy:

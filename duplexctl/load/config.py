@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from duplexctl.client.target import TlsPolicy
 from duplexctl.errors import BadInput
 from duplexctl.export.options import PushOptions
 from duplexctl.prometheus.endpoints import ScrapeOptions
@@ -171,6 +172,9 @@ class Target:
 
     url: str | None = None
     api_key: str | None = field(default=None, repr=False)  # never echoed, never written
+    # how wss:// servers are trusted (--ca-file, --insecure): carried to every worker
+    # process and Ray actor with the rest of the run, which install it there (use_tls)
+    tls: TlsPolicy = field(default_factory=TlsPolicy)
 
     def check(self) -> None:
         if self.url is not None and not self.url.startswith(("ws://", "wss://")):

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from duplexctl.client.target import use_tls
 from duplexctl.errors import BadInput
 from duplexctl.export import live as live_export
 from duplexctl.export.live import Cadence
@@ -192,6 +193,7 @@ def worker_main(
     """Entry point of a worker process: its share of the run, reported on ``messages``."""
     lifeline.arm()
     try:
+        use_tls(config.target.tls)  # the run's trust, from the config: no environment
         plan = make_plan(config)
     except Exception as exc:
         messages.put(("error", index, str(exc)))

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from duplexctl.client.target import use_tls
 from duplexctl.load.config import LoadConfig
 from duplexctl.load.engine import Plan, make_plan
 from duplexctl.load.lifeline import Lifeline
@@ -102,6 +103,7 @@ class LoadWorker:
         """Take the share and decode its audio (before the common start); where it runs."""
         self.beat()
         self.config, self.index, self.url = config, index, url
+        use_tls(config.target.tls)  # the driver's --ca-file / --insecure, on this node
         self.plan = make_plan(config)
         return self.where()
 
