@@ -28,6 +28,7 @@ from support.cluster import (
     GRACE_ARGS,
     client_server_logs,
     load_cmd,
+    refuse_next_join,
     report_of,
     run_load,
     wait_active,
@@ -46,6 +47,7 @@ from support.disk import assert_readable, fill, small_disk
 from support.loadconfig import load_config
 
 from duplexctl.load.arrivals import ArrivalProcess
+from duplexctl.load.cluster.connect import CLIENT_JOIN_TIMEOUT_S
 from duplexctl.report.histogram import HistogramSet
 from duplexctl.report.load_report import tally_of
 
@@ -190,37 +192,45 @@ def assert_merged_exactly(out: Path, report: dict[str, Any]) -> None:
     assert report["figures"] == again["figures"]
 
 
-#: Joins the test cluster through Ray Client the way ``load --ray ray://…`` does, with the
-#: head's first answer to the driver's init turned into the abort of ray-project/ray#63202
-#: (the fork race cannot be caused on demand): the connection, Ray's clean-up of the
-#: refused one and the second join are all Ray's own, against the real head.
-ABORT_FIRST_INIT = """
+#: Joins the test cluster through Ray Client the way ``load --ray ray://…`` does and prints
+#: how many inits the head was sent, how many it refused, and the cluster's live nodes.
+JOIN_COUNTING_REFUSALS = """
 import sys
 from ray.util.client.worker import Worker
 from duplexctl.load.cluster.connect import connect
 
-real, inits = Worker._server_init, []
+real, inits, refused = Worker._server_init, [], []
 
-def aborted_once(self, *args, **kwargs):
+def counted(self, *args, **kwargs):
     inits.append(1)
-    if len(inits) == 1:
-        raise ConnectionAbortedError("Initialization failure from server:\\n")
-    return real(self, *args, **kwargs)
+    try:
+        return real(self, *args, **kwargs)
+    except ConnectionAbortedError:
+        refused.append(1)
+        raise
 
-Worker._server_init = aborted_once
+Worker._server_init = counted
 ray = connect(sys.argv[1])
-print(len(inits), len([n for n in ray.nodes() if n["Alive"]]))
+print(len(inits), len(refused), len([n for n in ray.nodes() if n["Alive"]]))
 """
 
 
 @pytest.mark.slow
-def test_a_ray_client_join_the_head_aborts_joins_on_the_next_attempt(cluster: Any) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", ABORT_FIRST_INIT, f"ray://127.0.0.1:{cluster.client_port}"],
-        capture_output=True, text=True, timeout=240, cwd=ROOT,
-    )  # fmt: skip
+def test_a_ray_client_join_the_head_refuses_joins_on_the_next_attempt(cluster: Any) -> None:
+    """The head loses the server process it started for the driver (what ray-project/ray#63202
+    does to a few percent of joins): the join is refused, Ray cleans the refused one up, and
+    the next attempt joins, all within the bounds of one ``load`` run. With the test head
+    waiting 180 s for its server processes, the clean-up outlasted the attempt (CI failed)."""
+    with refuse_next_join(cluster) as killed:
+        proc = subprocess.run(
+            [sys.executable, "-c", JOIN_COUNTING_REFUSALS, f"ray://127.0.0.1:{cluster.client_port}"],
+            capture_output=True, text=True, timeout=2 * CLIENT_JOIN_TIMEOUT_S + 60, cwd=ROOT,
+        )  # fmt: skip
+    assert killed, "the head started no server process for the driver"
     assert proc.returncode == 0, proc.stderr[-2000:] + client_server_logs(cluster)
-    assert proc.stdout.split() == ["2", "2"]  # two inits, and the cluster's two nodes
+    inits, refused, nodes = map(int, proc.stdout.split())
+    # the lost process refused one join; Ray's own race may have refused one more
+    assert refused >= 1 and inits == refused + 1 and nodes == 2
 
 
 @pytest.mark.slow

@@ -33,11 +33,21 @@ PROBE_TIMEOUT_S: Final = 5.0
 #: Joining through the GCS port: the cluster's processes already run, so a healthy cluster
 #: answers within seconds; beyond this, what accepts connections is not (yet) a cluster.
 GCS_JOIN_TIMEOUT_S: Final = 30.0
+#: How long Ray's proxy holds the data stream of a driver whose join it refused (the client's
+#: reconnect grace, Ray's DEFAULT_CLIENT_RECONNECT_GRACE_PERIOD): ``ray.init`` raises the
+#: refusal only once that stream has ended.
+RAY_CLIENT_RECONNECT_GRACE_S: Final = 30.0
+#: How long Ray's proxy waits for the server process it starts per driver (Ray's
+#: RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S, 30 s by default). A refused join's log
+#: stream waits this long too before ``ray.init`` returns.
+RAY_CLIENT_CHANNEL_WAIT_S: Final = 30.0
 #: Joining through Ray Client: the head's proxy starts a server process for each driver
-#: (importing Ray, joining the cluster) and waits for it, then up to 30 s more for its
-#: channel, while the client's first call waits on the proxy. On a busy head this took
-#: more than 30 s (a CI run failed on it), so the bound leaves Ray's own waits room.
-CLIENT_JOIN_TIMEOUT_S: Final = 90.0
+#: (importing Ray, joining the cluster) and waits for it, while the client's first call
+#: waits on the proxy. A join the proxy refuses ends only after Ray's own clean-up (its
+#: channel wait, then the reconnect grace: 60 s with Ray's defaults; a CI run whose bound
+#: was 90 s and whose head waited longer reported a healthy cluster as absent), so the
+#: bound is those two waits and 60 s for the join itself on a busy head.
+CLIENT_JOIN_TIMEOUT_S: Final = RAY_CLIENT_CHANNEL_WAIT_S + RAY_CLIENT_RECONNECT_GRACE_S + 60.0
 #: Ray Client's proxy forks a server process for each driver, and Ray (2.60 included) loses
 #: some of them to a race between that fork and the proxy's gRPC threads
 #: (ray-project/ray#63202, a few percent of joins): the join fails with
