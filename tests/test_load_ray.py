@@ -244,7 +244,8 @@ def test_ray_client_address_runs_the_workers_on_the_cluster(cluster: Any, tmp_pa
             duplexctl_cmd("load", HELLO, "--ray", f"ray://127.0.0.1:{cluster.client_port}",
                           "--plain", "--url", url, "--workers-per-node", "1", "--sessions", "4",
                           "--duration", "6s", "--out", str(out)),
-            capture_output=True, text=True, timeout=180, cwd=ROOT,
+            capture_output=True, text=True, cwd=ROOT,
+            timeout=2 * CLIENT_JOIN_TIMEOUT_S + 90,  # room for two refused joins
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-2000:] + client_server_logs(cluster)
         # every slot free again: closed with session.close, not dropped (grace 120 s)
