@@ -412,18 +412,25 @@ ServerBehaviourOption = Annotated[
 
 def resolved_defaults(command: str) -> dict[str, str]:
     """The defaults a command's help shows that its options do not hold: the resolver's
-    column for the session settings, ServerConfig's fields for ``serve``."""
+    column for the session settings, ServerConfig's fields for ``serve``, the probe
+    runner's time budget."""
     if command == "serve":
         from duplexctl.server.config import serve_defaults
 
         return serve_defaults()
+    if command == "probe":
+        from duplexctl.probe.runner import DEFAULT_BUDGET_S
+
+        budget = {"--budget-s": values.format_duration(DEFAULT_BUDGET_S)}
+    else:
+        budget = {}
     from duplexctl.resolver import SPECS, Command, Fixed, defaults
 
     try:
         column = defaults(Command(command))
     except ValueError:  # report: no session settings
-        return {}
-    shown: dict[str, str] = {}
+        return budget
+    shown: dict[str, str] = dict(budget)
     for name, value in column.items():
         flag = SPECS[name].flag
         if flag is None or isinstance(value, Fixed) or value is None:

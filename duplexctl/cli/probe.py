@@ -59,14 +59,14 @@ def probe(
         ),
     ] = None,
     budget_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             metavar="DURATION",
             parser=o.duration,
             rich_help_panel=o.PROBES,
             help="Time budget: probes that no longer fit are skipped.",
         ),
-    ] = "2m",  # type: ignore[assignment]  # parsed by o.duration
+    ] = None,
     url: o.UrlOption = None,
     api_key: o.ApiKeyOption = None,
     ca_file: o.CaFileOption = None,
@@ -111,7 +111,7 @@ def probe(
             print(f"{p.name:<20} {p.catches}")
         return 0
     from duplexctl.probe.command import run
-    from duplexctl.probe.runner import ProbeConfig
+    from duplexctl.probe.runner import DEFAULT_BUDGET_S, ProbeConfig
 
     config = ProbeConfig(
         url=o.target(url, ca_file, insecure),
@@ -119,7 +119,7 @@ def probe(
         only=only,
         max_sessions=max_sessions,
         disconnect_grace_s=disconnect_grace_s,
-        budget_s=budget_s,
+        budget_s=DEFAULT_BUDGET_S if budget_s is None else budget_s,
         model=model,
         ref_audio=ref_audio,
         session_file=None if session is None else str(session),
