@@ -215,17 +215,21 @@ async def talk_in_process(server_config: ServerConfig, **options: Any) -> tuple[
     return result, out.getvalue()
 
 
-async def test_push_to_talk_commits_at_the_end_of_each_file() -> None:
+async def test_push_to_talk_commits_at_the_end_of_each_file(tmp_path: Path) -> None:
     result, text = await talk_in_process(
         ServerConfig(port=0, model_profile="turn", **FAST),
         turn_detection="none",
         input_files=[InputFileSpec(HELLO)],
         duration_s=7.0,
+        record_dir=tmp_path / "rec",
     )
     assert "turns: push-to-talk (Enter ends a turn); each input file ends a turn" in text
     assert result.error is None
     assert [t.outcome for t in result.turns] == ["spoke"]
     assert result.turns[0].end_mode == "commit"
+    # one vocabulary for who ends a turn: the report's mode is its turns' end_mode (was "ptt")
+    report = json.loads((tmp_path / "rec" / "report.json").read_text())
+    assert report["turn_mode"] == "commit" == report["turns"][0]["end_mode"]
     assert result.turns[0].figures["ttfa_commit_ms"].value > 0
 
 

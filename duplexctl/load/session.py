@@ -44,6 +44,7 @@ from duplexctl.load.config import Mix
 from duplexctl.load.script import AppendCache, Script, plain_steps
 from duplexctl.protocol.client_state import Happening, SessionResumed
 from duplexctl.protocol.commits import LOST_AT_DROP
+from duplexctl.protocol.settings import BACKCHANNEL
 from duplexctl.report.continuity import SessionContinuity
 from duplexctl.report.slices import UNFINISHED
 from duplexctl.report.turns import TurnRecord, TurnTimes
@@ -51,7 +52,6 @@ from duplexctl.scenario.config import ReplayConfig
 from duplexctl.scenario.model import BargeIn, Cancel, Drop, Pace, Scenario, Step, ToolOutput, Wait
 from duplexctl.scenario.results import behaviour_figures
 from duplexctl.scenario.runner import Headless, Replay
-from duplexctl.scenario.state import BACKCHANNEL
 from duplexctl.units import NS_PER_MS, NS_PER_S
 
 #: Offset of a mix interruption after the answer's first audio.

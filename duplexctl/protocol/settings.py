@@ -39,6 +39,7 @@ import base64
 import copy
 import io
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -92,6 +93,22 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+class TurnEnd(StrEnum):
+    """Who ends a user turn (docs/protocol.md §6.1): one vocabulary for replay, load, talk and
+    the turn records they write (``end_mode``)."""
+
+    VAD = "server_vad"  # the server's VAD auto-commits after the speech
+    COMMIT = "commit"  # the client commits (response_create) after speech + a short tail
+    MODEL = "model"  # auto_response: the model decides by itself; nobody commits
+
+
+#: ``end_mode`` of a reply that answers no user turn: a short acknowledgement (the model's
+#: "mm-hm", not a user turn of the run) ...
+BACKCHANNEL: Final = "backchannel"
+#: ... or a longer reply nobody asked for. With :class:`TurnEnd`'s values, every ``end_mode``.
+UNSOLICITED: Final = "unsolicited"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from duplexctl.behaviour.figures import ORIGINS as BEHAVIOUR_ORIGINS
+from duplexctl.protocol.settings import TurnEnd
 from duplexctl.units import NS_PER_MS
 
 # figure name -> measurement_origin (what minus what); the names are docs/metrics.md's
@@ -148,7 +149,7 @@ class TurnTimes:
     index: int
     step: int = 0
     source: str | None = None
-    end_mode: str = "server_vad"
+    end_mode: str = TurnEnd.VAD.value  # a TurnEnd value, BACKCHANNEL or UNSOLICITED
     t_speech_start: int | None = None
     t_eos: int | None = None
     t_commit: int | None = None

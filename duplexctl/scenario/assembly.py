@@ -21,6 +21,7 @@ from typing import Final
 
 from duplexctl.protocol.client_state import ResponseTrack
 from duplexctl.protocol.commits import LOST_AT_DROP
+from duplexctl.protocol.settings import BACKCHANNEL
 from duplexctl.report.turns import (
     Delta,
     TurnRecord,
@@ -28,7 +29,7 @@ from duplexctl.report.turns import (
     compute_turn,
     compute_turns,
 )
-from duplexctl.scenario.state import BACKCHANNEL, LiveTurn, PendingResume, Play, RunState, now_ns
+from duplexctl.scenario.state import LiveTurn, PendingResume, Play, RunState, now_ns
 from duplexctl.units import NS_PER_S
 
 #: the error code an unanswered turn is recorded under (report.json ``errors``)

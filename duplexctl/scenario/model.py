@@ -16,17 +16,10 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from duplexctl.audio.pacer import Pace
+from duplexctl.protocol.settings import TurnEnd
 from duplexctl.resolver import Settings  # the scenario's layer of the run settings
 
-__all__ = ["Pace"]  # re-exported: one Pace for the pacer, scenarios and the resolver
-
-
-class TurnEnd(StrEnum):
-    """Who ends a user turn (docs/protocol.md §6.1)."""
-
-    VAD = "server_vad"  # the server's VAD auto-commits after the speech
-    COMMIT = "commit"  # the client commits (response_create) after speech + a short tail
-    MODEL = "model"  # auto_response: the model decides by itself; nobody commits
+__all__ = ["Pace", "TurnEnd"]  # re-exported: one of each for every layer above
 
 
 class Anchor(StrEnum):

@@ -28,10 +28,11 @@ from duplexctl.behaviour.figures import Figures, ScriptedEvents, conversation_fi
 from duplexctl.behaviour.timeline import ASSISTANT, USER
 from duplexctl.errors import WriteFailed
 from duplexctl.protocol.commits import LOST_AT_DROP
+from duplexctl.protocol.settings import BACKCHANNEL
 from duplexctl.report.turns import RUN_ORIGINS, Figure, TurnRecord
 from duplexctl.scenario.assembly import NO_RESPONSE, TurnAssembly
 from duplexctl.scenario.model import Pace
-from duplexctl.scenario.state import BACKCHANNEL, RunState
+from duplexctl.scenario.state import RunState
 from duplexctl.scenario.tools import UNANSWERED_CALL
 
 

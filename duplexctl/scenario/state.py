@@ -22,6 +22,7 @@ from duplexctl.behaviour.timeline import ConversationTimeline, EnergyCache
 from duplexctl.client.connection import ConnectionLostError, DuplexConnection
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.protocol.commits import CommitLedger
+from duplexctl.protocol.settings import BACKCHANNEL, UNSOLICITED
 from duplexctl.report.artifacts import RunArtifacts
 from duplexctl.report.turns import ResumeTimes, TurnRecord, TurnTimes
 from duplexctl.rundir import Writes
@@ -36,10 +37,6 @@ CLOSE_TIMEOUT_S: Final = 5.0
 def now_ns() -> int:
     """The one clock of a run: monotonic ns, the clock of every send and receive stamp."""
     return time.monotonic_ns()
-
-
-#: the end mode of a tracked response that answers no turn: the model's "mm-hm"
-BACKCHANNEL: Final = "backchannel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +249,7 @@ class RunState:
             turn = self.new_turn(step=0, source=None)
             # a backchannel is tracked like an answer (its audio plays, is acknowledged) but
             # is no user turn: the reports list it apart (BACKCHANNEL)
-            turn.times.end_mode = BACKCHANNEL if backchannel else "unsolicited"
+            turn.times.end_mode = BACKCHANNEL if backchannel else UNSOLICITED
         turn.response_id = response_id
         turn.times.response_id = response_id
         self.by_response[response_id] = turn

@@ -15,10 +15,11 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Final
 
+from duplexctl.protocol.settings import BACKCHANNEL
 from duplexctl.report.render import turn_progress_line
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.playback import ReplayPlayback
-from duplexctl.scenario.state import BACKCHANNEL, RunState, now_ns
+from duplexctl.scenario.state import RunState, now_ns
 from duplexctl.units import NS_PER_S
 
 TICK_S: Final = 0.02

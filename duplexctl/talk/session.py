@@ -78,7 +78,7 @@ from duplexctl.protocol.client_state import (
 )
 from duplexctl.protocol.errors import BOOKKEEPING_CODES, refuses_server_vad
 from duplexctl.protocol.playback_duty import PlaybackDuty
-from duplexctl.protocol.settings import SessionSettings
+from duplexctl.protocol.settings import SessionSettings, TurnEnd
 from duplexctl.report.turns import BargeTimes, Delta, Figure, TurnRecord, TurnTimes, compute_turn
 from duplexctl.rundir import Writes
 from duplexctl.talk.barge import BargeInDetector, Onset
@@ -250,7 +250,7 @@ class TalkSession:
         self.stop_reason = "running"
         self.interrupted = False
         self.error: DuplexctlError | None = None
-        self.mode = "server_vad"
+        self.mode = TurnEnd.VAD  # who ends a turn: decided by _choose_mode from the server
         self.caps: dict[str, Any] = {}
         self.input_t0: float | None = None  # monotonic time of user-timeline 0
         self._stop_signals = 0
@@ -375,15 +375,15 @@ class TalkSession:
         td = conn.session.session.get("turn_detection")
         c = self.config
         if c.auto_response:
-            self.mode = "native"
+            self.mode = TurnEnd.MODEL
             turns = "model-native (the model decides when to answer)"
             if td:
                 turns += " + server VAD"
         elif td:
-            self.mode = "server_vad"
+            self.mode = TurnEnd.VAD
             turns = f"server VAD (silence {td.get('silence_duration_ms', '?')} ms)"
         else:
-            self.mode = "ptt"
+            self.mode = TurnEnd.COMMIT
             turns = "push-to-talk (Enter ends a turn)"
             if isinstance(self.input, FileInput):
                 turns += "; each input file ends a turn"
@@ -524,7 +524,7 @@ class TalkSession:
         elif key == "c":
             asyncio.get_running_loop().create_task(self._interrupt("key"))
         elif key == "enter":
-            if self.mode == "ptt":
+            if self.mode is TurnEnd.COMMIT:
                 asyncio.get_running_loop().create_task(self._commit_turn())
             else:
                 self.view.info(f"Enter ignored: turns end by {self.mode}")
@@ -617,7 +617,7 @@ class TalkSession:
         learned = self.conn.session.max_append_samples if self.conn is not None else None
         detector = BargeInDetector(rate, self.config.barge_threshold_db)
         turn_vad = StreamingVad(rate, VadParams())
-        if isinstance(self.input, FileInput) and self.mode == "ptt":
+        if isinstance(self.input, FileInput) and self.mode is TurnEnd.COMMIT:
             self._ptt_commits.extend(self.input.clip_ends_ms)
         async for block in self.input.blocks():
             now = time.monotonic()
@@ -891,10 +891,10 @@ class TalkSession:
         if st is None:
             turn = TurnTimes(
                 index=len(self.turns) + 1,
-                end_mode={"ptt": "commit", "native": "model"}.get(self.mode, "server_vad"),
+                end_mode=self.mode.value,
                 t_created=recv_ns,
                 response_id=rid,
-                t_commit=self._t_commit_ns if self.mode == "ptt" else None,
+                t_commit=self._t_commit_ns if self.mode is TurnEnd.COMMIT else None,
             )
             st = self.responses[rid] = ResponseState(rid, turn, counted=False)
             assert self.conn is not None
@@ -1168,7 +1168,7 @@ class TalkSession:
             "duplexctl_version": __version__,
             "url": conn.url if conn else self.config.url,
             "session_id": conn.session.session_id if conn else None,
-            "turn_mode": self.mode,
+            "turn_mode": self.mode.value,
             "barge_in": self.config.barge_in,
             "aec": self._echo_report(),
             "input": self.input.description if self.input else None,
