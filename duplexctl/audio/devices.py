@@ -799,11 +799,9 @@ class Speaker:
                 raise _open_error("output", self.device, exc) from exc
         return heard
 
-    def playback(self, response_id: str) -> SpeakerPlayback:
-        """A per-response view shaped like the simulated ``PlaybackClock``."""
-        return SpeakerPlayback(self, response_id)
-
-    def _end_time(self, response_id: str) -> float | None:
+    def end_time(self, response_id: str) -> float | None:
+        """When everything of ``response_id`` received so far has played (monotonic s; None:
+        not started, or flushed before it was)."""
         with self._lock:
             resp = self._responses.get(response_id)
             if resp is None:
@@ -813,82 +811,3 @@ class Speaker:
             if resp.t_started is None:
                 return None
             return resp.t_last_dac_end + resp.queued / self.device_rate
-
-
-class SpeakerPlayback:
-    """One response on a :class:`Speaker`, shaped like the simulated ``PlaybackClock``.
-
-    Same methods as ``PlaybackClock`` (``receive``, ``played_ms``, ``flush``,
-    ``first_audible``, ``end_time``), so report and protocol code treat a real speaker and
-    the simulated clock alike. Differences, because the device is the clock:
-    ``now`` arguments are ignored for the present (the device position is read at call
-    time; an earlier ``now`` is answered from the callback marks still held, a close upper
-    bound); :meth:`receive` only counts chunks — the sound itself must be given with
-    :meth:`enqueue` (a duration alone cannot be played).
-    """
-
-    def __init__(self, speaker: Speaker, response_id: str) -> None:
-        self.speaker = speaker
-        self.response_id = response_id
-        self.chunks = 0
-
-    def enqueue(self, samples: np.ndarray) -> None:
-        """Queue this response's audio (mono float32 at the speaker's session rate)."""
-        self.chunks += 1
-        self.speaker.enqueue(self.response_id, samples)
-
-    def end(self) -> None:
-        """Its ``response.done`` arrived: running dry now is the end, not an underrun."""
-        self.speaker.end_response(self.response_id)
-
-    def receive(self, now: float, duration_ms: float) -> None:
-        """Protocol hook: counts a non-empty chunk; audio itself comes via :meth:`enqueue`."""
-        if duration_ms > 0:
-            self.chunks += 1
-
-    def played_ms(self, now: float | None = None) -> float:
-        spk = self.speaker
-        if now is None or now >= time.monotonic():
-            return spk.played_ms(self.response_id)
-        with spk._lock:
-            resp = spk._responses.get(self.response_id)
-            if resp is None:
-                return 0.0
-            if resp.frozen_ms is not None:  # marks are gone after a flush
-                return resp.frozen_ms
-            return 1000.0 * spk._played_frames(resp, now) / spk.device_rate
-
-    def flush(self, now: float | None = None) -> float:
-        """Stop this response at once; returns its heard position (ms). Idempotent."""
-        heard = self.speaker.flush(self.response_id)
-        if self.response_id in heard:
-            return heard[self.response_id]
-        return self.speaker.played_ms(self.response_id)
-
-    @property
-    def first_audible(self) -> float | None:
-        return self.speaker.started_at(self.response_id)
-
-    def end_time(self) -> float | None:
-        return self.speaker._end_time(self.response_id)
-
-    def done_playing(self, now: float) -> bool:
-        end = self.end_time()
-        return end is not None and now >= end
-
-    def _resp_attr(self, name: str, default: float) -> float:
-        with self.speaker._lock:
-            resp = self.speaker._responses.get(self.response_id)
-            return default if resp is None else float(getattr(resp, name))
-
-    @property
-    def received_ms(self) -> float:
-        return 1000.0 * self._resp_attr("enqueued", 0) / self.speaker.device_rate
-
-    @property
-    def underruns(self) -> int:
-        return int(self._resp_attr("underruns", 0))
-
-    @property
-    def stall_ms(self) -> float:
-        return self._resp_attr("stall_ms", 0.0)

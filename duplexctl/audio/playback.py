@@ -14,8 +14,9 @@ passed in by the caller, so the clock is pure arithmetic, deterministic under te
 cheap for hundreds of sessions. Calls must come in non-decreasing time order, except that
 :meth:`PlaybackClock.played_ms` may also be asked about any earlier moment.
 
-``talk``'s speaker (``audio/devices.py`` ``SpeakerPlayback``) has the same shape, with the
-output device driving the clock instead of arithmetic.
+``talk``'s speaker (``audio/devices.py`` ``Speaker``) answers the same questions per response
+(``played_ms``, ``end_time``, ``flush``), with the output device driving the clock instead of
+arithmetic; ``talk/output.py`` puts both behind one ``Output``.
 
 The clock also keeps vLLM-Omni's continuity figure (docs/metrics.md "Audio continuity"):
 ``audio_underrun_ms``, the worst deficit of a player that starts at the first chunk and

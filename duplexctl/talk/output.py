@@ -83,7 +83,7 @@ class DeviceOutput:
         return self.speaker.started_at(response_id)
 
     def end_time(self, response_id: str) -> float | None:
-        return self.speaker.playback(response_id).end_time()
+        return self.speaker.end_time(response_id)
 
     def busy(self) -> bool:
         """Some response is audible, in the device, or waiting in the jitter buffer."""
