@@ -32,7 +32,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from duplexctl.errors import ServerUnreachable
 from duplexctl.probe.model import ProbeFailed, ProbeSkipped, TraceEntry
 from duplexctl.protocol import codec, ids
-from duplexctl.protocol.client_state import AudioDelta, Happening, ResponseDone
+from duplexctl.protocol.client_state import AudioDelta, Happening, ResponseDone, client_event
 from duplexctl.protocol.errors import parse_error
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.units import MiB
@@ -448,9 +448,7 @@ class RawConn:
     async def open_session(self, settings: SessionSettings | None = None) -> dict[str, Any]:
         """Send the opening session.update; return session.created (ProbeFailed otherwise)."""
         obj = (settings or self.ctx.settings()).to_session_object()
-        await self.send(
-            {"type": "session.update", "session": obj, "event_id": ids.client_event_id()}
-        )
+        await self.send(client_event("session.update", session=obj))
         frame, _ = await self.recv_until(
             lambda f: f.get("type") in ("session.created", "error"), 10.0
         )
@@ -464,7 +462,7 @@ class RawConn:
         if self.ended:
             return False
         with contextlib.suppress(ConnectionClosed):
-            await self.send({"type": "session.close", "event_id": ids.client_event_id()})
+            await self.send(client_event("session.close"))
         frame, _ = await self.recv_until(lambda f: f.get("type") == "session.closed", timeout)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.ws.close(), 2.0)
@@ -472,6 +470,8 @@ class RawConn:
         return frame is not None
 
     def resume_event(self, last_seq: int | None = None, token: str | None = None) -> dict[str, Any]:
+        """``session.resume`` with every field as this connection has it, null included (a
+        probe may send what ClientSession.resume refuses to build)."""
         return {
             "type": "session.resume",
             "session_id": self.session_id,

@@ -439,6 +439,16 @@ def _response_id_of_item(item_id: str | None) -> str | None:
     return None
 
 
+def client_event(etype: str, **fields: Any) -> dict[str, Any]:
+    """A client event: its ``type``, the fields given (None ones left out) and a fresh
+    ``event_id``. Every well-formed event the client sends is built here: ClientSession's
+    builders, and the probe's raw connection, which keeps its own state on purpose."""
+    event: dict[str, Any] = {"type": etype}
+    event.update({k: v for k, v in fields.items() if v is not None})
+    event["event_id"] = ids.client_event_id()
+    return event
+
+
 class ClientSession:
     """One duplex session as the client sees it: pure state, no I/O (see module docstring)."""
 
@@ -1083,12 +1093,7 @@ class ClientSession:
 
     # -- builders: every client event the commands send ----------------------------------
 
-    @staticmethod
-    def _event(etype: str, **fields: Any) -> dict[str, Any]:
-        event: dict[str, Any] = {"type": etype}
-        event.update({k: v for k, v in fields.items() if v is not None})
-        event["event_id"] = ids.client_event_id()
-        return event
+    _event = staticmethod(client_event)
 
     def session_update(self, session: dict[str, Any]) -> dict[str, Any]:
         """``session.update`` with a session object (see settings.SessionSettings)."""

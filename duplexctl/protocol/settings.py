@@ -45,7 +45,6 @@ from typing import Any, Final, Literal
 
 from duplexctl.audio import pcm
 from duplexctl.errors import BadInput
-from duplexctl.protocol import ids
 
 TurnDetection = Literal["server_vad", "none"]
 TURN_DETECTION_CHOICES: Final = ("server_vad", "none")
@@ -183,11 +182,3 @@ class SessionSettings:
         else:
             obj["turn_detection"] = None
         return deep_merge(obj, self.extra) if self.extra else obj
-
-    def session_update(self, event_id: str | None = None) -> dict[str, Any]:
-        """The complete opening ``session.update`` event."""
-        return {
-            "type": "session.update",
-            "session": self.to_session_object(),
-            "event_id": event_id or ids.client_event_id(),
-        }

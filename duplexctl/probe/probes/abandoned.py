@@ -17,7 +17,7 @@ from duplexctl.probe.probes.admission import (
     wait_admitted,
 )
 from duplexctl.probe.registry import probe
-from duplexctl.protocol import ids
+from duplexctl.protocol.client_state import client_event
 
 RELEASE_BOUND_S = 2.0  # a slot must be free this soon after the client vanished
 MEASURE_BOUND_S = 60.0  # the longest the probe watches a held slot to measure the hold
@@ -78,9 +78,7 @@ async def abandoned_handshake(ctx: ProbeContext) -> str:
         gone = await ctx.raw("abandon-")
         corked = _cork(gone)
         obj = ctx.settings().to_session_object()
-        await gone.send(
-            {"type": "session.update", "session": obj, "event_id": ids.client_event_id()}
-        )
+        await gone.send(client_event("session.update", session=obj))
         gone.abort()
         if corked:
             ctx.note("session.update and the client's FIN left in one TCP segment (TCP_CORK)")

@@ -14,6 +14,7 @@ from typing import Any
 from duplexctl.probe.context import ProbeContext, RawConn
 from duplexctl.probe.model import ProbeFailed, ProbeSkipped
 from duplexctl.probe.registry import probe
+from duplexctl.protocol.client_state import client_event
 from duplexctl.protocol.errors import WireError, parse_error
 
 # Learning the limit by filling the server is bounded: beyond this, ask for --max-sessions.
@@ -34,11 +35,10 @@ class OpenAttempt:
 
 async def attempt_open(ctx: ProbeContext, label: str, *, quiet: bool = False) -> OpenAttempt:
     """Connect and send the opening session.update; admitted or why not."""
-    from duplexctl.protocol import ids
 
     raw = await ctx.raw(label, quiet=quiet)
     obj = ctx.settings().to_session_object()
-    await raw.send({"type": "session.update", "session": obj, "event_id": ids.client_event_id()})
+    await raw.send(client_event("session.update", session=obj))
     frame, t = await raw.recv_until(lambda f: f.get("type") in ("session.created", "error"), 10.0)
     if frame is not None and frame.get("type") == "session.created":
         return OpenAttempt(raw, True, None, frame, t)

@@ -9,6 +9,7 @@ from duplexctl.probe.context import ProbeContext
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
 from duplexctl.protocol import ids
+from duplexctl.protocol.client_state import client_event
 from duplexctl.protocol.errors import parse_error
 from duplexctl.units import MiB
 
@@ -72,8 +73,7 @@ async def bad_input(ctx: ProbeContext) -> str:
     for name, frame, codes in _cases():
         ctx.note(f"sending {name}")
         await raw.send(frame)
-        hb_id = ids.client_event_id()
-        await raw.send({"type": "session.heartbeat", "event_id": hb_id})
+        await raw.send(client_event("session.heartbeat"))
         errors: list[str] = []
         ack = None
         while ack is None:

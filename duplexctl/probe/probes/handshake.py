@@ -7,7 +7,7 @@ from typing import Any
 from duplexctl.probe.context import ProbeContext
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
-from duplexctl.protocol import ids
+from duplexctl.protocol.client_state import client_event
 
 _CAPS_SHOWN = (
     "supports_session_resume",
@@ -57,11 +57,11 @@ async def handshake(ctx: ProbeContext) -> str:
         )
     elif frame.get("server_event_seq") != 1:
         problems.append(f"session.updated has seq {frame.get('server_event_seq')!r}, not 1")
-    await raw.send({"type": "session.heartbeat", "event_id": ids.client_event_id()})
+    await raw.send(client_event("session.heartbeat"))
     ack, _ = await raw.recv_until(lambda f: f.get("type") == "session.heartbeat_ack", 5.0)
     if ack is None:
         problems.append("session.heartbeat was not answered")
-    await raw.send({"type": "session.close", "event_id": ids.client_event_id()})
+    await raw.send(client_event("session.close"))
     closed, _ = await raw.recv_until(lambda f: f.get("type") == "session.closed", 5.0)
     if closed is None:
         problems.append("session.close was not answered by session.closed")

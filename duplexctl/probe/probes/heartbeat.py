@@ -7,7 +7,7 @@ import time
 from duplexctl.probe.context import ProbeContext
 from duplexctl.probe.model import ProbeFailed
 from duplexctl.probe.registry import probe
-from duplexctl.protocol import ids
+from duplexctl.protocol.client_state import client_event
 
 IDLE_TIMEOUT_S = 2  # set in the opening session object (only the opening update can set it)
 QUIET_FOR_S = 5.0  # 2.5 idle timeouts of nothing but heartbeats
@@ -33,7 +33,7 @@ async def heartbeat(ctx: ProbeContext) -> str:
     start = time.monotonic()
     while time.monotonic() - start < QUIET_FOR_S:
         t_sent = time.monotonic_ns()
-        await a.send({"type": "session.heartbeat", "event_id": ids.client_event_id()})
+        await a.send(client_event("session.heartbeat"))
         ack, t_ack = await a.recv_until(lambda f: f.get("type") == "session.heartbeat_ack", 2.0)
         if ack is None:
             if a.ended:

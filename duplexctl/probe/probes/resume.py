@@ -8,8 +8,7 @@ import time
 from duplexctl.probe.context import ProbeContext, describe
 from duplexctl.probe.model import ProbeFailed, ProbeSkipped
 from duplexctl.probe.registry import probe
-from duplexctl.protocol import ids
-from duplexctl.protocol.client_state import AudioDelta, ResponseCreated
+from duplexctl.protocol.client_state import AudioDelta, ResponseCreated, client_event
 
 GRACE_BOUND_S = 20.0  # resume-after-grace waits grace + EXPIRY_MARGIN_S; longer is skipped
 EXPIRY_MARGIN_S = 2.0  # the reaper checks every reaper_interval_s (1 s on the peer)
@@ -159,15 +158,13 @@ async def journal_gap(ctx: ProbeContext) -> str:
     ctx.require("supports_session_resume")
     a = await ctx.raw_session("j")
     for _ in range(3):
-        await a.send({"type": "session.heartbeat", "event_id": ids.client_event_id()})
+        await a.send(client_event("session.heartbeat"))
     while a.last_seq < 4:
         frame, _ = await a.recv(5.0)
         if frame is None:
             raise ProbeFailed(f"heartbeats were not answered (last seq {a.last_seq})")
     acked = a.last_seq
-    await a.send(
-        {"type": "session.event_ack", "server_event_seq": acked, "event_id": ids.client_event_id()}
-    )
+    await a.send(client_event("session.event_ack", server_event_seq=acked))
     await a.recv(0.3)  # an invalid_event_ack would show here
     a.abort()
     below = acked - 2
@@ -215,7 +212,7 @@ async def takeover(ctx: ProbeContext) -> str:
     """
     ctx.require("supports_session_resume")
     a = await ctx.raw_session("t")
-    await a.send({"type": "session.heartbeat", "event_id": ids.client_event_id()})
+    await a.send(client_event("session.heartbeat"))
     await a.recv_until(lambda f: f.get("type") == "session.heartbeat_ack", 5.0)
     old_token = a.resume_token
     b = await ctx.raw("t'")
