@@ -116,7 +116,7 @@ def test_every_cited_metrics_heading_and_figure_exists() -> None:
     "name",
     sorted(
         {*ORIGINS, *SESSION_ORIGINS, *HISTOGRAM_METRICS, *SCALAR_METRICS}
-        | {"local_stop_ms", "rtf_omni", "invalid_pacing", "early_start", "outcome"}
+        | {"local_stop_ms", "invalid_pacing", "early_start", "outcome"}
     ),
 )
 def test_every_figure_is_defined_in_metrics_md(name: str) -> None:

@@ -60,7 +60,7 @@ def test_latency_figures_follow_their_definitions() -> None:
     # (1850 - 1550) / (600 - 200)
     assert f["rtf"] == pytest.approx(0.75)
     # vLLM-Omni: (1850 - 1250) / 600
-    assert f["rtf_vllm_omni"] == pytest.approx(1.0)
+    assert f["rtf_omni"] == pytest.approx(1.0)
     assert f["chunk_gap_ms"] == {"n": 2, "p50": 100, "p95": 200, "p99": 200, "max": 200}
     assert f["underruns"] == 0 and f["heard_ms"] == 600
     assert rec.outcome == "spoke" and rec.status == "completed" and rec.reason == "stop"

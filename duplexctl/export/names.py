@@ -109,9 +109,6 @@ COUNTERS: Final = (
 )  # fmt: skip
 GAUGES: Final = (SESSIONS_ACTIVE, SESSIONS_ADMITTED, CAPACITY_LEVEL, RUN_INFO)
 
-#: replay's spelling of the figure load records as ``rtf_omni`` (load/recorder.py RENAMED)
-ALIASES: Final = {"rtf_vllm_omni": "rtf_omni"}
-
 
 def _histogram(figure: str) -> Family:
     if figure in RATIO_METRICS:
@@ -133,7 +130,7 @@ FAMILIES: Final = {f.name: f for f in (*COUNTERS, *GAUGES, *HISTOGRAMS.values())
 
 def histogram_of(figure: str) -> Family | None:
     """The histogram family a recorded figure is pushed as (None: not a histogram figure)."""
-    return HISTOGRAMS.get(ALIASES.get(figure, figure))
+    return HISTOGRAMS.get(figure)
 
 
 def new_run_id(command: str) -> str:

@@ -149,4 +149,4 @@ def of_replay(report: Mapping[str, Any], send_lags_ms: np.ndarray, *, active: bo
 def _scale(figure: str) -> int:
     from duplexctl.report.histogram import scale_for
 
-    return scale_for(names.ALIASES.get(figure, figure))
+    return scale_for(figure)

@@ -15,8 +15,7 @@ what only a live run has:
 
 Turn figures come from :func:`duplexctl.report.turns.compute_turn` unchanged; the recorder
 only decides which go into histograms: per-turn counters (``underruns``, ``seq_gaps`` …) are
-summed instead, ``chunk_gap_ms`` records every gap (not the per-turn summary), and the
-vLLM-Omni ``rtf`` is stored as ``rtf_omni``.
+summed instead, and ``chunk_gap_ms`` records every gap (not the per-turn summary).
 """
 
 from __future__ import annotations
@@ -61,7 +60,6 @@ SUMMED: Final = frozenset(
 NOT_FROM_TURNS: Final = frozenset(
     {"drops", "resumes", "resume_ms", "reconnect_ms", "resume_handshake_ms"}
 )
-RENAMED: Final = {"rtf_vllm_omni": "rtf_omni"}
 LIVE_WINDOW_S: Final = 10.0
 #: Send lags buffered before they are folded into the histograms (about 1 s at 300 sessions).
 LAG_FOLD_EVERY: Final = 3000
@@ -240,7 +238,7 @@ class Recorder(RunTally, Sink):
             if name in SUMMED or name in NOT_FROM_TURNS or name == "chunk_gap_ms":
                 continue
             if isinstance(fig.value, (int, float)) and not isinstance(fig.value, bool):
-                figures[RENAMED.get(name, name)] = float(fig.value)
+                figures[name] = float(fig.value)
         if times.index == 1 and session.client_queue_ms is not None:
             for name in ("ttfa_ms", "turn_ms"):
                 if figures.get(name) is not None:

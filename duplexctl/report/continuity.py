@@ -9,7 +9,7 @@ measured**: counted apart, by why, and in no OK rate. vLLM-Omni's bench counted 
 response as continuous by default, so a path that recorded no chunk times printed 100 % for
 every tree (vllm-project/vllm-omni#6914); here no response is ever OK without a measurement.
 
-Per session: its real-time factor, the mean of its responses' ``rtf_vllm_omni`` (vLLM-Omni's
+Per session: its real-time factor, the mean of its responses' ``rtf_omni`` (vLLM-Omni's
 duplex session ``rtf``, a mean over the session's audio responses), and whether it is below
 1; a session with no audio response has none and is counted apart.
 
@@ -126,14 +126,14 @@ class SessionContinuity:
         elif verdict.audio_underrun_ms is not None:
             worst = self.worst_audio_underrun_ms
             self.worst_audio_underrun_ms = max(worst or 0.0, verdict.audio_underrun_ms)
-        rtf = record.figures.get("rtf_vllm_omni")
+        rtf = record.figures.get("rtf_omni")
         if rtf is not None and math.isfinite(float(rtf.value)):
             self.rtf_sum += float(rtf.value)
             self.rtf_n += 1
 
     @property
     def rtf(self) -> float | None:
-        """The session's real-time factor: the mean of its responses' ``rtf_vllm_omni``."""
+        """The session's real-time factor: the mean of its responses' ``rtf_omni``."""
         return self.rtf_sum / self.rtf_n if self.rtf_n else None
 
     def to_json(self) -> dict[str, Any]:

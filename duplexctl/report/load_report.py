@@ -54,9 +54,8 @@ SESSION_ORIGINS: Final = {
     "client_queue_ms": "session start - scheduled arrival (waiting for a client-side slot)",
     "ttfa_with_queue_ms": "ttfa_ms + client_queue_ms (first turn of each session)",
     "turn_with_queue_ms": "turn_ms + client_queue_ms (first turn of each session)",
-    "rtf_omni": ORIGINS["rtf_vllm_omni"],
     "chunk_gap_ms": "recv audio delta - recv previous audio delta of the same response, every gap",
-    "session_rtf": "mean of the session's responses' rtf_vllm_omni (vLLM-Omni's duplex session "
+    "session_rtf": "mean of the session's responses' rtf_omni (vLLM-Omni's duplex session "
     "rtf), one sample per session with an audio response",
     "join_ttfa_ms": "ttfa_ms of the first turn of the session that joins N sessions in steady "
     "state (--sweep)",

@@ -32,7 +32,7 @@ ORIGINS: Final[dict[str, str]] = {
     "audio_ms": "assistant audio received for the response (metadata.audio_duration_ms, "
     "else bytes / format / rate)",
     "rtf": "(recv last delta - recv first delta) / (response audio ms - first chunk ms)",
-    "rtf_vllm_omni": "vLLM-Omni rtf: (recv last delta - recv response.created) / response audio ms",
+    "rtf_omni": "vLLM-Omni rtf: (recv last delta - recv response.created) / response audio ms",
     "chunk_gap_ms": "recv audio delta - recv previous audio delta of the same response "
     "(n, p50, p95, p99, max)",
     "underruns": "audio chunks that arrived after the playback clock needed them",
@@ -278,7 +278,7 @@ def compute_turn(t: TurnTimes, turns_by_index: dict[int, TurnTimes] | None = Non
         if span is not None and denom > 0:
             figs["rtf"] = round(span / denom, 4)
         if t.t_created is not None and audio_ms > 0:
-            figs["rtf_vllm_omni"] = round((last - t.t_created) / NS_PER_MS / audio_ms, 4)  # type: ignore[operator]
+            figs["rtf_omni"] = round((last - t.t_created) / NS_PER_MS / audio_ms, 4)  # type: ignore[operator]
     if len(t.deltas) >= 2:
         gaps = [
             (b.recv_ns - a.recv_ns) / NS_PER_MS
