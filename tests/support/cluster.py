@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -90,22 +91,37 @@ def refuse_next_join(cluster: Any) -> Iterator[list[int]]:
     """Kill the next server process the head's Ray Client proxy starts for a driver, as soon
     as it appears: the proxy then refuses that driver's join, as it does when Ray loses the
     process to ray-project/ray#63202 (which cannot be caused on demand), and Ray's own
-    clean-up of the refused join follows. Yields the pids killed (one, once it happened)."""
-    import psutil  # a dependency of Ray
+    clean-up of the refused join follows. Yields the pids killed (one, once it happened).
 
-    proxy = psutil.Process(cluster.head_node.all_processes["ray_client_server"][0].process.pid)
+    Watches ``/proc`` for processes that appeared since the last look (every 10 ms), so it
+    costs next to nothing while the suite's other tests run (a full process-tree scan every
+    few ms took most of a core, beside real-time tests)."""
+    proxy = cluster.head_node.all_processes["ray_client_server"][0].process.pid
     killed: list[int] = []
     stop = threading.Event()
 
     def watch() -> None:
-        while not stop.is_set() and not killed:
-            for child in proxy.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if "--mode=specific-server" in child.cmdline():
-                        child.kill()
-                        killed.append(child.pid)
-                        return
-            time.sleep(0.005)
+        seen = set(_pids())
+        ours = {proxy}  # the proxy and every process it started since
+        while not stop.is_set():
+            for pid in _pids():
+                if pid in seen:
+                    continue
+                stat, cmdline = _read(f"/proc/{pid}/stat"), _read(f"/proc/{pid}/cmdline")
+                if stat is None or cmdline is None:
+                    seen.add(pid)  # gone already
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) not in ours:
+                    seen.add(pid)
+                    continue
+                ours.add(pid)
+                if "--mode=specific-server" in cmdline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                    return
+                # not yet exec'd into the server: looked at again next time
+            time.sleep(0.01)
 
     watcher = threading.Thread(target=watch, name="refuse-next-join", daemon=True)
     watcher.start()
@@ -114,6 +130,18 @@ def refuse_next_join(cluster: Any) -> Iterator[list[int]]:
     finally:
         stop.set()
         watcher.join(5)
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode(errors="replace").replace("\0", " ")
+    except OSError:
+        return None
 
 
 def client_server_logs(cluster: Any, tail: int = 1500) -> str:
