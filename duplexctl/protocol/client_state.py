@@ -1091,13 +1091,11 @@ class ClientSession:
             history_committed=bool(event.get("history_committed")),
         )
 
-    # -- builders: every client event the commands send ----------------------------------
-
-    _event = staticmethod(client_event)
+    # -- builders: every client event the commands send (through client_event) --------
 
     def session_update(self, session: dict[str, Any]) -> dict[str, Any]:
         """``session.update`` with a session object (see settings.SessionSettings)."""
-        return self._event("session.update", session=session)
+        return client_event("session.update", session=session)
 
     def append(
         self,
@@ -1114,7 +1112,7 @@ class ClientSession:
         (echoed into VAD events), ``hints`` any of §3.2's optional fields. ``audio`` is the
         encoded bytes, or a str already in base64: a load run encodes each chunk of a shared
         clip once per process, not once per session and append."""
-        return self._event(
+        return client_event(
             "input_audio_buffer.append",
             audio=audio if isinstance(audio, str) else pcm.b64encode(audio),
             format=format,
@@ -1143,27 +1141,27 @@ class ClientSession:
     def commit(self, *, response_create: bool = False, final: bool = True) -> dict[str, Any]:
         if self._frames is not None:
             self._frames.committed()
-        return self._event(
+        return client_event(
             "input_audio_buffer.commit", final=final, response_create=response_create
         )
 
     def response_create(self, response: dict[str, Any] | None = None) -> dict[str, Any]:
         # Always send a response object: without one a refusal comes without the event_id echo.
-        return self._event("response.create", response=response if response is not None else {})
+        return client_event("response.create", response=response if response is not None else {})
 
     def response_cancel(self, response_id: str | None = None) -> dict[str, Any]:
-        return self._event("response.cancel", response_id=response_id)
+        return client_event("response.cancel", response_id=response_id)
 
     def input_audio_buffer_clear(self) -> dict[str, Any]:
         if self._frames is not None:
             self._frames.cleared()
-        return self._event("input_audio_buffer.clear")
+        return client_event("input_audio_buffer.clear")
 
     def output_audio_buffer_clear(self, response_id: str | None = None) -> dict[str, Any]:
-        return self._event("output_audio_buffer.clear", response_id=response_id)
+        return client_event("output_audio_buffer.clear", response_id=response_id)
 
     def barge_in(self) -> dict[str, Any]:
-        return self._event("barge_in")
+        return client_event("barge_in")
 
     def playback_ack(
         self, response_id: str, played_ms: float, committed_ms: float | None = None
@@ -1171,7 +1169,7 @@ class ClientSession:
         """``playback.ack``; ``played_ms`` must come from a playback clock, never from bytes
         received (docs/metrics.md). ``committed_ms`` defaults to ``played_ms`` as on the server."""
         played = int(played_ms)
-        return self._event(
+        return client_event(
             "playback.ack",
             response_id=response_id,
             item_id=ids.assistant_item_id(response_id),
@@ -1190,7 +1188,7 @@ class ClientSession:
         end = max(0.0, audio_end_ms)
         if track is not None:
             end = min(end, track.audio_ms)
-        return self._event(
+        return client_event(
             "conversation.item.truncate",
             item_id=item_id,
             content_index=content_index,
@@ -1201,30 +1199,30 @@ class ClientSession:
         """``conversation.item.create`` with one text part (a text-only turn)."""
         part = "input_text" if role == "user" else "text"
         item = {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
-        return self._event("conversation.item.create", item=item)
+        return client_event("conversation.item.create", item=item)
 
     def function_call_output(self, call_id: str, output: str) -> dict[str, Any]:
         """``conversation.item.create`` answering tool call ``call_id`` (§13.4): ``output`` is
         a string (JSON text or not); no ``response.create`` follows it."""
         item = {"type": "function_call_output", "call_id": call_id, "output": output}
-        return self._event("conversation.item.create", item=item)
+        return client_event("conversation.item.create", item=item)
 
     def heartbeat(self) -> dict[str, Any]:
-        return self._event("session.heartbeat")
+        return client_event("session.heartbeat")
 
     def event_ack(self, seq: int | None = None) -> dict[str, Any]:
         """``session.event_ack`` for ``seq`` (default: everything processed)."""
         value = self.last_seq if seq is None else min(seq, self.last_seq)
-        return self._event("session.event_ack", server_event_seq=value)
+        return client_event("session.event_ack", server_event_seq=value)
 
     def close(self, reason: str = "client_close") -> dict[str, Any]:
-        return self._event("session.close", reason=reason)
+        return client_event("session.close", reason=reason)
 
     def resume(self) -> dict[str, Any]:
         """``session.resume`` naming the last *processed* seq (never more, §6.6)."""
         if self.session_id is None or self.resume_token is None:
             raise SessionStateError("cannot resume: no session id or resume token yet")
-        return self._event(
+        return client_event(
             "session.resume",
             session_id=self.session_id,
             resume_token=self.resume_token,
