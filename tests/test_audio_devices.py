@@ -210,10 +210,15 @@ async def test_played_ms_follows_the_device_not_enqueue(pulse_server: PulseServe
             await asyncio.sleep(0.05)
             samples.append(speaker.played_ms("r1"))
         played, queued = speaker.played_ms("r1"), speaker.queued_ms("r1")
+        received = speaker.counts("r1").received_ms
         elapsed_ms = (time.monotonic() - t0) * 1000.0
-        print(f"\nplayed_ms after {elapsed_ms:.0f} ms: {played:.0f} (queued {queued:.0f} ms)")
+        print(
+            f"\nplayed_ms after {elapsed_ms:.0f} ms: {played:.0f} "
+            f"(queued {queued:.0f} ms, received {received:.0f} ms)"
+        )
         assert 250.0 <= played <= 900.0
         assert samples == sorted(samples)  # monotonic
+        assert received == pytest.approx(2000.0, abs=1.0)
         started = speaker.started_at("r1")
         assert started is not None and started >= t0 - 0.01
         assert queued > 500.0  # the rest is still waiting
@@ -279,9 +284,11 @@ async def test_underrun_is_counted_when_a_live_response_runs_dry(
         speaker.end_response("r1")
         assert await speaker.drain(3.0)
         await asyncio.sleep(0.1)
-        print(f"\nunderruns {speaker.underruns}, stall {speaker.stall_ms:.0f} ms")
-        assert speaker.underruns == 1
-        assert 100.0 <= speaker.stall_ms <= 600.0
+        counts = speaker.counts("r1")
+        print(f"\nunderruns {counts.underruns}, stall {counts.stall_ms:.0f} ms")
+        assert counts.underruns == 1 and speaker.underruns == 1
+        assert 100.0 <= counts.stall_ms <= 600.0
+        assert speaker.stall_ms == counts.stall_ms  # the one response had every stall
         assert speaker.played_ms("r1") == pytest.approx(200.0, abs=5.0)
         end = speaker.end_time("r1")
         assert end is not None and end <= time.monotonic()  # everything received has played

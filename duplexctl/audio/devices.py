@@ -450,6 +450,16 @@ StartedCallback = Callable[[str, float], None]
 RenderTap = Callable[[np.ndarray, float], None]
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseCounts:
+    """What the speaker counted of one response: the per-response figures the simulated
+    ``PlaybackClock`` keeps too (``received_ms``, ``underruns``, ``stall_ms``)."""
+
+    received_ms: float  # audio ever queued for it (before any flush)
+    underruns: int  # dry spells while it was live (not ended)
+    stall_ms: float  # silence inserted in those spells
+
+
 @dataclass(slots=True)
 class _Mark:
     """``n`` frames of one response, from response frame ``start``, reach the DAC at ``t``."""
@@ -736,6 +746,15 @@ class Speaker:
             if resp.frozen_ms is not None:
                 return resp.frozen_ms
             return 1000.0 * self._played_frames(resp, time.monotonic()) / self.device_rate
+
+    def counts(self, response_id: str) -> ResponseCounts:
+        """Received audio, underruns and stall of ``response_id`` (zeros if unknown)."""
+        with self._lock:
+            resp = self._responses.get(response_id)
+            if resp is None:
+                return ResponseCounts(0.0, 0, 0.0)
+            received_ms = 1000.0 * resp.enqueued / self.device_rate
+            return ResponseCounts(received_ms, resp.underruns, resp.stall_ms)
 
     def started_at(self, response_id: str) -> float | None:
         """Monotonic DAC time of the response's first frame (P0), None before it plays."""
