@@ -17,7 +17,10 @@ microphone example runs against the private PulseAudio of tests/support/pulse.py
 the monitor of a null sink.
 
 Blocks run in parallel (commands of one block in order, in one directory: ``load --out run1``
-then ``report run1`` works as written); about two minutes in all. Traffic stays on loopback.
+then ``report run1`` works as written); about two minutes in all. A block whose exit codes
+include a time bound's verdict (:func:`judges_a_time_bound`) runs apart, marked ``timing``,
+in the quiet lane: its verdict is the reference server's latency, which a busy machine
+changes. Traffic stays on loopback.
 A guide's block that cannot run here (a walk-through over several hosts) is a ```text block,
 and says so; :data:`SHOWN_NOT_RUN` lists each, so none hides by accident.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -211,6 +215,33 @@ EXAMPLES = [
     for document in DOCUMENTS
     for example in examples((ROOT / document).read_text(encoding="utf-8"), document)
 ]
+_TIME_THRESHOLD = re.compile(r"\d\s*(ms|s)\s*$")
+
+
+def judges_a_time_bound(example: Example) -> bool:
+    """Whether the example's exit code is the verdict of a time bound on the server it
+    measures: an ``--slo`` with a duration threshold (``ttfa_p99<=2s``), or a capacity
+    search (its steps are judged by such SLOs). On a busy machine the reference server
+    answers late and the verdict changes, so these examples run in the quiet lane."""
+    argv = example.argv
+    slos = [v for w, v in itertools.pairwise(argv) if w == "--slo"]
+    slos += [w.split("=", 1)[1] for w in argv if w.startswith("--slo=")]
+    return "--find-capacity" in argv or any(_TIME_THRESHOLD.search(s) for s in slos)
+
+
+def _blocks(of: list[Example]) -> list[list[Example]]:
+    blocks: dict[tuple[str, int], list[Example]] = {}
+    for example in of:
+        blocks.setdefault((example.source, example.block), []).append(example)
+    return list(blocks.values())
+
+
+#: The blocks with an example that judges a time bound (:func:`judges_a_time_bound`), run as
+#: tests marked ``timing``: the serial lane, at normal priority (docs/testing.md "Lanes").
+TIMED_EXAMPLES = [
+    e for block in _blocks(EXAMPLES) if any(map(judges_a_time_bound, block)) for e in block
+]
+UNTIMED_EXAMPLES = [e for e in EXAMPLES if e not in TIMED_EXAMPLES]
 
 
 # --- rewriting one command -------------------------------------------------------------------
@@ -442,19 +473,17 @@ def run_block(block: list[Example], sound: dict[str, str] | None) -> list[Outcom
         return [run_example(example, workdir, sound) for example in block]
 
 
-@pytest.fixture(scope="module")
-def outcomes() -> Iterator[dict[Example, Outcome]]:
-    """Every README example run once; blocks in parallel (talk's with a private PulseAudio)."""
+@contextlib.contextmanager
+def run_blocks(of: list[Example]) -> Iterator[dict[Example, Outcome]]:
+    """The examples run once, their blocks in parallel (talk's with a private PulseAudio)."""
     from support.pulse import pulseaudio_available, start_pulse
 
-    sound_server = start_pulse() if pulseaudio_available() else None
+    talks = any(e.argv[:1] == ("talk",) for e in of)
+    sound_server = start_pulse() if talks and pulseaudio_available() else None
     try:
-        blocks: dict[tuple[str, int], list[Example]] = {}
-        for example in EXAMPLES:
-            blocks.setdefault((example.source, example.block), []).append(example)
         sound = sound_server.env if sound_server is not None else None
         # the longest blocks first, so the parallel run ends soonest
-        order = sorted(blocks.values(), key=len, reverse=True)
+        order = sorted(_blocks(of), key=len, reverse=True)
         with ThreadPoolExecutor(max_workers=PARALLEL_BLOCKS) as pool:
             results = pool.map(lambda block: run_block(block, sound), order)
             yield {o.example: o for outcomes in results for o in outcomes}
@@ -463,16 +492,58 @@ def outcomes() -> Iterator[dict[Example, Outcome]]:
             sound_server.stop()
 
 
+@pytest.fixture(scope="module")
+def outcomes() -> Iterator[dict[Example, Outcome]]:
+    """Every example that judges no time bound, run once."""
+    with run_blocks(UNTIMED_EXAMPLES) as ran:
+        yield ran
+
+
+@pytest.fixture(scope="module")
+def timed_outcomes() -> Iterator[dict[Example, Outcome]]:
+    """The blocks whose exit codes are time bounds' verdicts, run once in the quiet lane."""
+    with run_blocks(TIMED_EXAMPLES) as ran:
+        yield ran
+
+
 # --- the tests -------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.id)
-def test_readme_example_runs(example: Example, outcomes: dict[Example, Outcome]) -> None:
-    outcome = outcomes[example]
+def _check(example: Example, outcome: Outcome) -> None:
     if outcome.skipped:
         pytest.skip(outcome.skipped)
     assert outcome.code == example.expected_exit, outcome.describe()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", UNTIMED_EXAMPLES, ids=lambda e: e.id)
+def test_readme_example_runs(example: Example, outcomes: dict[Example, Outcome]) -> None:
+    _check(example, outcomes[example])
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+@pytest.mark.parametrize("example", TIMED_EXAMPLES, ids=lambda e: e.id)
+def test_readme_example_judged_by_a_time_bound_runs(
+    example: Example, timed_outcomes: dict[Example, Outcome]
+) -> None:
+    _check(example, timed_outcomes[example])
+
+
+def test_the_time_bound_examples_are_told_apart() -> None:
+    """The quiet lane gets the verdicts of time bounds and nothing else."""
+
+    def ex(*argv: str) -> Example:
+        return Example(0, 1, "", argv, 0)
+
+    assert judges_a_time_bound(ex("report", "run2", "--slo", "ttfa_p99<=2s"))
+    assert judges_a_time_bound(ex("load", "--slo=ttfa_p95<=800ms"))
+    assert judges_a_time_bound(ex("load", "--find-capacity", "--slo", "failure_rate<=0.01"))
+    assert not judges_a_time_bound(ex("load", "--slo", "failure_rate<=0"))
+    assert not judges_a_time_bound(ex("replay", "recordings/hello.wav"))
+    timed = {(e.source, e.line) for e in TIMED_EXAMPLES}
+    assert ("docs/regression.md", 16) in timed and ("docs/regression.md", 9) in timed
+    assert not timed & {(e.source, e.line) for e in UNTIMED_EXAMPLES}
 
 
 def test_the_readme_has_examples_of_every_command() -> None:
