@@ -15,6 +15,10 @@ What it owns, and why here:
   of the transport, resume answers) bypass both.
 * **Identity.** ``session_id``, the rotating ``resume_token``, ``attachment_generation`` and
   ``capabilities`` come from ``session.created`` / ``session.resumed``.
+* **Lifecycle.** One :class:`~duplexctl.protocol.lifecycle.Phase` (opening, open, replaying,
+  replaced, resync required, closed, expired), moved only through the transition table of
+  :mod:`duplexctl.protocol.lifecycle`; ``created``, ``ended``, ``can_resume`` … are read
+  from it.
 * **Responses.** One :class:`ResponseTrack` per response id with the receive times every turn
   figure of docs/metrics.md needs (created, speak, first/last audio, first text, done), the
   assistant timeline (``audio_ms``) and the chunk gaps.
@@ -50,7 +54,7 @@ Public API::
     cs.on_frame(frame: dict, recv_ns: int) -> list[Happening]           # an already decoded one
     cs.pending_ack() -> int | None;  cs.mark_acked(seq)
     cs.session_id, cs.resume_token, cs.attachment_generation, cs.capabilities, cs.epoch,
-    cs.last_seq, cs.duplicates_dropped, cs.seq_gaps, cs.closed, cs.expired,
+    cs.last_seq, cs.duplicates_dropped, cs.seq_gaps, cs.phase, cs.created, cs.ended,
     cs.responses: dict[str, ResponseTrack], cs.active_response_id, cs.checker,
     cs.continuous_output, cs.model_native, cs.max_append_samples, cs.packet_ms(asked, rate),
     cs.unsupported_input()
@@ -71,6 +75,7 @@ from duplexctl.protocol import cadence, codec, ids, names, server_events
 from duplexctl.protocol.errors import WireError, parse_error
 from duplexctl.protocol.frames import FrameLedger
 from duplexctl.protocol.invariants import InvariantChecker
+from duplexctl.protocol.lifecycle import ENDED, NOT_RESUMABLE, Phase, Signal, next_phase
 
 # --------------------------------------------------------------------------------------------
 # Happenings: what a server frame meant, typed. Every one carries the frame's receive time
@@ -474,12 +479,10 @@ class ClientSession:
         self.seq_gaps = 0
         self.missing_events = 0
         self.connections = 0
-        self.created = False
-        self.closed = False
+        # where the session stands: one phase, moved only by lifecycle.TRANSITIONS
+        self.phase = Phase.OPENING
         self.close_reason: str | None = None
-        self.expired = False
-        self.replaced = False
-        self.resync_reason: str | None = None
+        self.resync_reason: str | None = None  # why the server asked for a resync
         self.responses: dict[str, ResponseTrack] = {}
         self.response_order: list[str] = []
         # the most samples an append may carry, learned from a refusal (protocol/cadence.py)
@@ -493,8 +496,6 @@ class ClientSession:
         self._frames: FrameLedger | None = None
         self._function_names: dict[str, str | None] = {}  # function_call item id -> name
         self._derived: list[Happening] = []  # happenings a handler adds after its own
-        # a resume's connection, until its first new seq: overlap there is the replay's
-        self._replaying = False
 
     @classmethod
     def resuming(
@@ -515,16 +516,32 @@ class ClientSession:
         self.session_id = session_id
         self.resume_token = resume_token
         self.last_seq = self.acked_seq = last_seq
-        self.created = True
+        self._move(Signal.RESUMED)  # opened elsewhere: as good as resumed
         return self
 
     # -- connection bookkeeping ----------------------------------------------------------
 
+    def _move(self, signal: Signal) -> None:
+        self.phase = next_phase(self.phase, signal)
+
     def begin_connection(self) -> None:
         """The transport opened a new socket for this session (the first one or a resume)."""
         self.connections += 1
-        self._replaying = self.created
+        self._move(Signal.CONNECTION)
         self.checker.new_connection()
+
+    @property
+    def created(self) -> bool:
+        """``session.created`` (or ``session.resumed``) came: the server holds a session."""
+        return self.phase is not Phase.OPENING
+
+    @property
+    def closed(self) -> bool:
+        return self.phase is Phase.CLOSED
+
+    @property
+    def replaced(self) -> bool:
+        return self.phase is Phase.REPLACED
 
     @property
     def can_resume(self) -> bool:
@@ -532,14 +549,13 @@ class ClientSession:
         return (
             self.session_id is not None
             and self.resume_token is not None
-            and not (self.closed or self.expired or self.replaced)
-            and self.resync_reason is None
+            and self.phase not in NOT_RESUMABLE
             and self.capabilities.get("supports_session_resume", True) is not False
         )
 
     @property
     def ended(self) -> bool:
-        return self.closed or self.expired
+        return self.phase in ENDED
 
     @property
     def active_response_id(self) -> str | None:
@@ -615,7 +631,7 @@ class ClientSession:
         if seq is not None:
             if seq <= self.last_seq:
                 self.duplicates_dropped += 1
-                if not self._replaying:
+                if self.phase is not Phase.REPLAYING:
                     self.checker.violate(
                         "seq_out_of_order",
                         f"server_event_seq {seq} after {self.last_seq} ({etype}): a duplicate "
@@ -625,7 +641,7 @@ class ClientSession:
                         frame=frame,
                     )
                 return []
-            self._replaying = False
+            self._move(Signal.NEW_SEQ)
             if seq > self.last_seq + 1:
                 self.seq_gaps += 1
                 self.missing_events += seq - self.last_seq - 1
@@ -694,7 +710,7 @@ class ClientSession:
 
     def _on_created(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
         session = _dict(frame.get("session"))
-        self.created = True
+        self._move(Signal.CREATED)
         self.session = session
         self.session_id = _str(session.get("id")) or _str(frame.get("session_id"))
         self.resume_token = _str(frame.get("resume_token")) or self.resume_token
@@ -728,7 +744,7 @@ class ClientSession:
         self.attachment_generation = _int(frame.get("attachment_generation"))
         if "capabilities" in session:
             self.capabilities = _dict(session.get("capabilities"))
-        self.created = True
+        self._move(Signal.RESUMED)
         return SessionResumed(
             **base,
             epoch=_int(session.get("epoch")),
@@ -740,22 +756,23 @@ class ClientSession:
 
     def _on_closed(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
         reason = _str(frame.get("reason")) or _str(_dict(frame.get("event")).get("reason"))
-        self.closed = True
         self.close_reason = reason
+        self._move(Signal.CLOSED)
         return SessionClosed(**base, reason=reason)
 
     def _on_expired(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
-        self.expired = True
+        self._move(Signal.EXPIRED)
         return SessionExpired(**base, reason=_str(frame.get("reason")))
 
     def _on_replaced(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
-        self.replaced = True
+        self._move(Signal.REPLACED)
         return SessionReplaced(
             **base, attachment_generation=_int(frame.get("attachment_generation"))
         )
 
     def _on_resync(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
         self.resync_reason = _str(frame.get("reason")) or "unknown"
+        self._move(Signal.RESYNC)
         return ResyncRequired(**base, reason=self.resync_reason)
 
     def _on_heartbeat_ack(self, frame: dict[str, Any], base: dict[str, Any]) -> Happening:
