@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import ssl
 import time
 from typing import Any
@@ -93,19 +92,6 @@ async def test_self_signed_certificate_fails_verification_then_ca_file_or_insecu
         assert conn.session.created
         await conn.close()
         assert conn.session.closed
-
-
-def test_dns_failure_is_named() -> None:
-    """No lookup leaves the machine: the classification of the resolver's error itself."""
-    conn = DuplexConnection("ws://no-such-host.invalid:1/v1/realtime", _session())
-    exc = conn._cannot_connect(socket.gaierror(-2, "Name or service not known"), connected=False)
-    assert exc.cause is Cause.DNS and "no-such-host.invalid" in str(exc)
-
-
-def _session() -> Any:
-    from duplexctl.protocol.client_state import ClientSession
-
-    return ClientSession()
 
 
 async def test_give_up_ends_an_open_at_once(hostile_server: Any) -> None:

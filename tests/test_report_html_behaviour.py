@@ -35,6 +35,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # the heard stop latency within 30 ms of the model's: 350 ms beside busy workers
 @needs_browser
 def test_replay_page_shows_the_behaviour_table_and_its_expectation(tmp_path: Path) -> None:
     out = tmp_path / "run"

@@ -305,7 +305,7 @@ def test_the_recording_logs_every_frame_even_when_the_last_one_was_freed(
 def test_the_recording_logs_violations_with_their_evidence(tmp_path: Path) -> None:
     """A malformed server event is a violation in events.jsonl with the frame as evidence,
     as replay logs it (it was left out of talk's recording: the happening has no frame)."""
-    from duplexctl.client.connection import ViolationRecorded
+    from duplexctl.client import ViolationRecorded
     from duplexctl.protocol.invariants import Violation
     from duplexctl.report.artifacts import RunArtifacts
     from duplexctl.talk.session import TalkSession

@@ -15,9 +15,9 @@ from duplexctl.client.connection import (
     OpenFailed,
     ResumeFailed,
     ResumeRecord,
-    ViolationRecorded,
     connect,
 )
+from duplexctl.protocol.client_state import ViolationRecorded
 
 __all__ = [
     "AdmissionRejected",

@@ -69,8 +69,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -79,38 +77,41 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.exceptions import (
     ConnectionClosed,
-    InvalidHandshake,
-    InvalidStatus,
     InvalidURI,
     WebSocketException,
 )
 
 from duplexctl.aio import cancel_and_wait
+from duplexctl.client import failures
 from duplexctl.client.backoff import Backoff
 from duplexctl.client.causes import ADMISSION, Cause
 from duplexctl.client.target import TlsPolicy, process_tls
 from duplexctl.client.websocket import (
     CLOSE_TCP_TIMEOUT_S,
     Message,
-    UpgradeUnanswered,
     WebSocket,
     open_websocket,
 )
 from duplexctl.errors import BadInput, ServerUnreachable
-from duplexctl.protocol import codec, names
+from duplexctl.protocol import codec
 from duplexctl.protocol.client_state import (
     ClientSession,
     ErrorReceived,
     Happening,
     HeartbeatAck,
-    ResyncRequired,
     SessionClosed,
-    SessionCreated,
-    SessionExpired,
-    SessionReplaced,
-    SessionResumed,
+    ViolationRecorded,
 )
 from duplexctl.protocol.errors import WireError
+from duplexctl.protocol.handshake import (
+    RESUME_TIMED_OUT,
+    RESUME_TRANSPORT_ERROR,
+    OpenAnswer,
+    ResumeAnswer,
+    open_answer,
+    resume_answer,
+    resume_blocked,
+)
 from duplexctl.protocol.invariants import Violation
 from duplexctl.protocol.playback_duty import EVENT_ACK_BATCH, EVENT_ACK_EVERY_S, EventAckDuty
 from duplexctl.protocol.settings import SessionSettings
@@ -195,19 +196,6 @@ class ConnectionLost(Happening):
     resuming: bool
 
 
-@dataclass(slots=True, kw_only=True)
-class ViolationRecorded(Happening):
-    """Local happening: the session's checker recorded ``violation`` (with its evidence);
-    it follows the happening of the frame that caused it, if that frame meant anything."""
-
-    violation: Violation
-
-    @property
-    def reason(self) -> str:
-        """One line, for traces that show a local happening's ``reason``."""
-        return f"{self.violation.name}: {self.violation.detail}"
-
-
 @dataclass(slots=True)
 class ResumeRecord:
     """One resume (docs/metrics.md: resume_ms = reconnect_ms + resume_handshake_ms, roughly)."""
@@ -285,11 +273,6 @@ def with_autostart_off(url: str) -> str:
         return url
     query.append(("autostart", "0"))
     return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-#: Violations that mean "this is not the protocol at all": before session.created they end
-#: the open at once (cause garbage) instead of waiting out the timeout.
-NOT_PROTOCOL: Final = frozenset({"binary_frame", "not_json", "not_object", "malformed_event"})
 
 
 def _frame_words(h: ViolationRecorded) -> str:
@@ -495,85 +478,11 @@ class DuplexConnection:
             )
         except InvalidURI:
             raise BadInput(f"not a websocket URL: {self.given_url}") from None
-        except TimeoutError:
-            if connected:
-                what = "accepted the connection but did not answer the websocket upgrade"
-            else:
-                what = "did not complete the " + ("TLS" if secure else "TCP") + " connection"
-            raise OpenFailed(
-                f"{self._where()}: the server {what} within {timeout:g} s", cause=Cause.TIMEOUT
-            ) from None
-        except InvalidStatus as exc:
-            raise self._refused_upgrade(exc) from None
-        except (OSError, WebSocketException) as exc:
-            raise self._cannot_connect(exc, connected=connected) from None
-
-    def _refused_upgrade(self, exc: InvalidStatus) -> OpenFailed:
-        """The server answered the upgrade with an HTTP status other than 101."""
-        response = exc.response
-        status = response.status_code
-        head = f"{self._where()}: the server answered the websocket upgrade with HTTP {status}"
-        head += f" {response.reason_phrase}" if response.reason_phrase else ""
-        if status >= 400:
-            hints = {
-                401: "check --api-key",
-                403: "check --api-key",
-                404: "no websocket at this path; duplex servers serve /v1/realtime?duplex=1",
-            }
-            hint = hints.get(status)
-            return OpenFailed(head + (f" ({hint})" if hint else ""), cause=Cause.HTTP_STATUS)
-        location = response.headers.get("Location")
-        if 300 <= status < 400 and location:
-            hint = f"it redirects to {location}; use that as --url"
-        else:
-            hint = "a web server, not a websocket endpoint"
-        return OpenFailed(
-            f"{head} instead of switching to a websocket ({hint})", cause=Cause.NOT_WEBSOCKET
-        )
-
-    def _cannot_connect(self, exc: OSError | WebSocketException, *, connected: bool) -> OpenFailed:
-        """Classify a failure to connect or upgrade (the cause vocabulary, one line each);
-        ``connected``: TCP and TLS were up, only the upgrade failed."""
-        parts = urlsplit(self.url)
-        host, where = parts.hostname or "?", self._where()
-        secure = self.url.startswith("wss://")
-        if isinstance(exc, ConnectionRefusedError):
-            return OpenFailed(
-                f"{where}: cannot connect: nothing is listening at {parts.netloc} "
-                "(connection refused)",
-                cause=Cause.REFUSED,
+        except (TimeoutError, OSError, WebSocketException) as exc:
+            failure = failures.classify(
+                exc, self.url, where=self._where(), connected=connected, timeout_s=timeout
             )
-        if isinstance(exc, socket.gaierror):
-            return OpenFailed(
-                f"{where}: cannot resolve the host name {host!r} ({exc.strerror or exc})",
-                cause=Cause.DNS,
-            )
-        if isinstance(exc, ssl.SSLCertVerificationError):
-            return OpenFailed(
-                f"{where}: TLS certificate verification failed ({exc.verify_message}); "
-                "pass --ca-file PEM with the CA that signed the server's certificate, or "
-                "--insecure to skip verification",
-                cause=Cause.TLS,
-            )
-        if isinstance(exc, ssl.SSLError) or (secure and not connected and isinstance(exc, OSError)):
-            reason = getattr(exc, "reason", None) or exc.strerror or type(exc).__name__
-            return OpenFailed(
-                f"{where}: the TLS handshake failed ({reason}); if the server does not speak "
-                "TLS, use ws:// instead of wss://",
-                cause=Cause.TLS,
-            )
-        if isinstance(exc, UpgradeUnanswered):
-            hint = "" if secure else " (a TLS port? then use wss://)"
-            return OpenFailed(f"{where}: {exc}{hint}", cause=Cause.NOT_WEBSOCKET)
-        if isinstance(exc, InvalidHandshake):
-            return OpenFailed(
-                f"{where}: the server did not answer as a websocket server: {exc}",
-                cause=Cause.NOT_WEBSOCKET,
-            )
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return OpenFailed(
-            f"{where}: cannot connect: {detail or type(exc).__name__}", cause=Cause.NETWORK
-        )
+            raise OpenFailed(failure.message, cause=failure.cause) from None
 
     def _where(self) -> str:
         return self.given_url
@@ -595,14 +504,17 @@ class DuplexConnection:
                 happenings = await self._recv_handshake(ws, deadline)
                 frames += 1
                 for h in happenings:
-                    if isinstance(h, SessionCreated):
+                    answer = open_answer(h)
+                    if answer is OpenAnswer.CREATED:
                         t.t_created_ns = h.recv_ns
                         t.handshake_ms = _ms(t.t_update_sent_ns, h.recv_ns)
                         self._start_tasks(ws)
                         return
-                    if isinstance(h, ErrorReceived) and h.seq is None:
+                    if answer is OpenAnswer.REFUSED:
+                        assert isinstance(h, ErrorReceived)
                         self._raise_open_error(h)
-                    if isinstance(h, ViolationRecorded) and h.violation.name in NOT_PROTOCOL:
+                    if answer is OpenAnswer.GARBAGE:
+                        assert isinstance(h, ViolationRecorded)
                         raise OpenFailed(
                             f"{self._where()}: the server sent {_frame_words(h)} instead of "
                             "session.created",
@@ -931,23 +843,24 @@ class DuplexConnection:
         last_problem = "no attempt made"
         while record.attempts < max_attempts:
             record.attempts += 1
-            if not self.session.can_resume:
-                record.outcome = (
-                    "resync_required" if self.session.resync_reason else "not_resumable"
-                )
+            blocked = resume_blocked(self.session)
+            if blocked is not None:
+                record.outcome = blocked.outcome
                 raise ResumeFailed("session cannot be resumed", record, fatal=True)
             try:
-                fatal = await self._resume_once(record)
+                answer = await self._resume_once(record)
             except OpenFailed as exc:
-                record.outcome, last_problem, fatal = exc.admission, str(exc), False
+                answer = ResumeAnswer(exc.admission, fatal=False)
+                last_problem = str(exc)
             else:
-                if record.outcome == "resumed":
+                if answer.resumed:
                     self._deliberate_drop = False
                     return record
-                last_problem = f"{record.outcome}" + (
+                last_problem = f"{answer.outcome}" + (
                     f": {record.error.message}" if record.error is not None else ""
                 )
-            if fatal:
+            record.outcome = answer.outcome
+            if answer.fatal:
                 raise ResumeFailed(f"resume failed: {last_problem}", record, fatal=True)
             if record.attempts < max_attempts:
                 await asyncio.sleep(backoff.delay())
@@ -955,8 +868,8 @@ class DuplexConnection:
             f"resume failed after {record.attempts} attempts: {last_problem}", record, fatal=False
         )
 
-    async def _resume_once(self, record: ResumeRecord) -> bool:
-        """One attempt; returns True when the failure is fatal (retrying cannot help)."""
+    async def _resume_once(self, record: ResumeRecord) -> ResumeAnswer:
+        """One attempt: waits for the frame that answers it (:func:`resume_answer` decides)."""
         timeout = self.options.resume_timeout_s
         deadline = time.monotonic() + timeout
         ws = await self._connect_socket(timeout)
@@ -971,33 +884,24 @@ class DuplexConnection:
                 try:
                     happenings = await self._recv_handshake(ws, deadline)
                 except TimeoutError:
-                    record.outcome = "timeout"
-                    return False
+                    return RESUME_TIMED_OUT
                 for h in happenings:
-                    if isinstance(h, SessionResumed):
-                        record.outcome = "resumed"
+                    answer = resume_answer(h)
+                    if answer is None:
+                        continue
+                    if isinstance(h, ErrorReceived):
+                        record.error = h.error
+                    if answer.resumed:
+                        record.outcome = answer.outcome
                         record.t_resumed_ns = h.recv_ns
                         record.resume_handshake_ms = _ms(t_sent, h.recv_ns)
                         record.resume_ms = _ms(record.t_drop_ns, h.recv_ns)
                         self._ws = ws
                         self._start_tasks(ws)
                         ws = None  # type: ignore[assignment]  # now the connection's socket
-                        return False
-                    if isinstance(h, ResyncRequired):
-                        record.outcome = "resync_required"
-                        return True
-                    if isinstance(h, ErrorReceived) and h.seq is None:
-                        record.outcome, record.error = h.error.code, h.error
-                        return h.error.code in names.FATAL_RESUME_CODES
-                    if isinstance(h, (SessionExpired, SessionClosed, SessionReplaced)):
-                        record.outcome = h.type
-                        return True
-                    if isinstance(h, ViolationRecorded) and h.violation.name in NOT_PROTOCOL:
-                        record.outcome = Cause.GARBAGE.value
-                        return False
+                    return answer
         except ConnectionClosed:  # at any point, even with the upgrade answer
-            record.outcome = record.outcome or "transport_error"
-            return False
+            return RESUME_TRANSPORT_ERROR
         finally:
             if ws is not None:
                 ws.abort()

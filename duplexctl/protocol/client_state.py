@@ -74,7 +74,7 @@ from duplexctl.errors import SessionStateError
 from duplexctl.protocol import cadence, codec, ids, names, server_events
 from duplexctl.protocol.errors import WireError, parse_error
 from duplexctl.protocol.frames import FrameLedger
-from duplexctl.protocol.invariants import InvariantChecker
+from duplexctl.protocol.invariants import InvariantChecker, Violation
 from duplexctl.protocol.lifecycle import ENDED, NOT_RESUMABLE, Phase, Signal, next_phase
 
 # --------------------------------------------------------------------------------------------
@@ -279,6 +279,20 @@ class PlaybackAcknowledged(Happening):
 @dataclass(slots=True, kw_only=True)
 class Other(Happening):
     """Any other event (item events, cleared, rate_limits.updated, duplex.*, unknown)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class ViolationRecorded(Happening):
+    """Local happening: the session's checker recorded ``violation`` (with its evidence).
+    The transport adds it after the happening of the frame that caused it, if that frame
+    meant anything; :mod:`duplexctl.protocol.handshake` reads it to end a handshake."""
+
+    violation: Violation
+
+    @property
+    def reason(self) -> str:
+        """One line, for traces that show a local happening's ``reason``."""
+        return f"{self.violation.name}: {self.violation.detail}"
 
 
 @dataclass(slots=True, kw_only=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from duplexctl.client.connection import ConnectionLost, ViolationRecorded
+from duplexctl.client.connection import ConnectionLost
 from duplexctl.protocol.cadence import refused_samples
 from duplexctl.protocol.client_state import (
     AnswerEnded,
@@ -44,6 +44,7 @@ from duplexctl.protocol.client_state import (
     SessionExpired,
     SessionResumed,
     SpeechStopped,
+    ViolationRecorded,
 )
 from duplexctl.protocol.commits import LOST_AT_DROP, Verdicts
 from duplexctl.protocol.errors import BOOKKEEPING_CODES
