@@ -1,4 +1,5 @@
-"""The client session's lifecycle (protocol/lifecycle.py): every transition, sans I/O.
+"""The client session's lifecycle (protocol/lifecycle.py) and the connection's attachment
+(client/attachment.py): every transition, sans I/O.
 
 The table is checked against what each phase must allow (may resume? ended? is a duplicate
 seq a replay?), and each transition is driven through :class:`ClientSession` by the frames
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from duplexctl.client.attachment import Attachment, Move, after
 from duplexctl.protocol.client_state import ClientSession
 from duplexctl.protocol.lifecycle import (
     ENDED,
@@ -158,3 +160,22 @@ def test_after_session_closed_nothing_moves_it_and_the_checker_says_why() -> Non
     wire("session.created", seq=False, session={"id": SID})
     assert wire.cs.phase is Phase.CLOSED and wire.cs.close_reason == "client_close"
     assert "event_after_session_closed" in wire.violations()
+
+
+# --- the connection's attachment (client/attachment.py) ---------------------------------------
+
+
+def test_a_release_is_final_and_a_close_is_never_undone() -> None:
+    assert all(after(Attachment.RELEASED, m) is Attachment.RELEASED for m in Move)
+    for move in (Move.DROP, Move.LOSE, Move.RESUMED, Move.CLOSE):
+        assert after(Attachment.CLOSING, move) is Attachment.CLOSING
+    assert after(Attachment.CLOSING, Move.RELEASE) is Attachment.RELEASED
+
+
+def test_a_drop_holds_the_connection_until_a_resume_or_a_loss() -> None:
+    held = after(Attachment.ATTACHED, Move.DROP)
+    assert held is Attachment.HELD
+    assert after(held, Move.RESUMED) is Attachment.ATTACHED
+    assert after(held, Move.LOSE) is Attachment.ATTACHED  # drop(auto_resume=True)
+    assert after(held, Move.CLOSE) is Attachment.CLOSING
+    assert after(Attachment.ATTACHED, Move.RESUMED) is Attachment.ATTACHED

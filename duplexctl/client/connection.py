@@ -1,7 +1,11 @@
 """The asyncio websocket transport around :class:`ClientSession` (docs/protocol.md §1, §6.6, §6.8).
 
-Thin on purpose: every protocol decision lives in the sans-I/O ClientSession; this module
-owns sockets, time and tasks. What it adds, and why:
+Thin on purpose: every protocol decision lives in the sans-I/O layer — ClientSession and
+its lifecycle table (:mod:`duplexctl.protocol.lifecycle`), what answers a handshake
+(:mod:`duplexctl.protocol.handshake`), what a failure to connect is called
+(:mod:`duplexctl.client.failures`) and what the client is doing with its socket
+(:mod:`duplexctl.client.attachment`); this module owns sockets, time and tasks, and acts on
+what those return. What it adds, and why:
 
 * **Raw timestamps** for docs/metrics.md: ``recv_ns`` is taken the moment a frame is read off the
   socket (before JSON decoding and de-duplication); :meth:`DuplexConnection.send` returns the
@@ -83,6 +87,7 @@ from websockets.exceptions import (
 
 from duplexctl.aio import cancel_and_wait
 from duplexctl.client import failures
+from duplexctl.client.attachment import Attachment, Move, after
 from duplexctl.client.backoff import Backoff
 from duplexctl.client.causes import ADMISSION, Cause
 from duplexctl.client.target import TlsPolicy, process_tls
@@ -282,7 +287,7 @@ def _frame_words(h: ViolationRecorded) -> str:
     return f"{words}: {v.frame}" if v.frame else words
 
 
-def _closing(ws: WebSocket) -> str:
+def _how_closed(ws: WebSocket) -> str:
     """How the server ended a connection: a close frame's code and reason, or none."""
     rcvd = ws.protocol.close_rcvd
     if rcvd is None:
@@ -328,10 +333,8 @@ class DuplexConnection:
         self._ws: WebSocket | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._resume_task: asyncio.Task[ResumeRecord] | None = None
-        self._deliberate_drop = False
-        self._closing = False
-        self._finished = False
-        self._ended = False
+        self.attachment = Attachment.ATTACHED  # what the client does with it (attachment.py)
+        self._ended = False  # the stream of happenings has ended (its sentinel is queued)
         self._closed_event = asyncio.Event()
         self._last_send_ns = time.monotonic_ns()
         self._heartbeats_sent: list[int] = []
@@ -532,7 +535,7 @@ class DuplexConnection:
         except ConnectionClosed:
             when = "right after the websocket upgrade" if not frames else "before session.created"
             raise OpenFailed(
-                f"{self._where()}: the server closed the connection {when} ({_closing(ws)})",
+                f"{self._where()}: the server closed the connection {when} ({_how_closed(ws)})",
                 cause=Cause.CLOSED_AFTER_UPGRADE,
                 connect_ms=t.connect_ms,
             ) from None
@@ -623,11 +626,12 @@ class DuplexConnection:
 
     def _on_socket_gone(self, code: int | None, reason: str) -> None:
         """Decide what a lost socket means: expected end, fault injection, or resume."""
-        if self._closing or self.session.ended or self.session.replaced:
+        closing = self.attachment in (Attachment.CLOSING, Attachment.RELEASED)
+        if closing or self.session.ended or self.session.replaced:
             self._end_stream()
             return
         now = time.monotonic_ns()
-        if self._deliberate_drop:
+        if self.attachment is Attachment.HELD:
             return  # drop(): the caller decides when to resume
         self.timings.drops_ns.append(now)
         resuming = self.options.auto_resume and self.session.can_resume
@@ -795,10 +799,10 @@ class DuplexConnection:
         """Event acks (when this connection sends them) and idle heartbeats, for as long as
         the connection lives."""
         opts = self.options
-        while not self._finished:
+        while self.attachment is not Attachment.RELEASED:
             await asyncio.sleep(opts.ack_interval_s)
             ws = self._ws
-            if ws is None or self._closing or self.session.ended:
+            if ws is None or self.attachment is Attachment.CLOSING or self.session.ended:
                 continue
             self._send_ack(ws, time.monotonic())
             idle_s = (time.monotonic_ns() - self._last_send_ns) / 1e9
@@ -817,7 +821,7 @@ class DuplexConnection:
         ws = self._ws
         if ws is None:
             raise ConnectionLostError("drop(): not connected")
-        self._deliberate_drop = not auto_resume
+        self._move(Move.LOSE if auto_resume else Move.DROP)
         t_drop = time.monotonic_ns()
         ws.abort()
         await self._socket_gone(ws)
@@ -854,7 +858,7 @@ class DuplexConnection:
                 last_problem = str(exc)
             else:
                 if answer.resumed:
-                    self._deliberate_drop = False
+                    self._move(Move.RESUMED)
                     return record
                 last_problem = f"{answer.outcome}" + (
                     f": {record.error.message}" if record.error is not None else ""
@@ -917,9 +921,9 @@ class DuplexConnection:
         ``close_timeout_s``), then the socket's close handshake within
         ``CLOSE_TCP_TIMEOUT_S``. A socket that ends after ``session.close`` went out ends the
         wait: nothing more can come on it."""
-        if self._finished:
+        if self.attachment is Attachment.RELEASED:
             return
-        self._closing = True
+        self._move(Move.CLOSE)
         wait_s = self.options.close_timeout_s if timeout is None else timeout
         try:
             async with asyncio.timeout(wait_s):
@@ -956,8 +960,11 @@ class DuplexConnection:
             gone.cancel()
         self.timings.close_ms = _ms(sent, self.timings.t_closed_ns)
 
+    def _move(self, move: Move) -> None:
+        self.attachment = after(self.attachment, move)
+
     async def _release(self) -> None:
-        self._finished = True
+        self._move(Move.RELEASE)
         resuming = self._resume_task
         if resuming is not None and not resuming.done():  # past close's bound: given up
             await cancel_and_wait(resuming)
