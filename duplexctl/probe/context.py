@@ -32,7 +32,13 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from duplexctl.errors import ServerUnreachable
 from duplexctl.probe.model import ProbeFailed, ProbeSkipped, TraceEntry
 from duplexctl.protocol import codec, ids
-from duplexctl.protocol.client_state import AudioDelta, Happening, ResponseDone, client_event
+from duplexctl.protocol.client_state import (
+    AudioDelta,
+    ClientSession,
+    Happening,
+    ResponseDone,
+    client_event,
+)
 from duplexctl.protocol.errors import parse_error
 from duplexctl.protocol.settings import SessionSettings
 from duplexctl.units import MiB
@@ -347,19 +353,40 @@ class ProbeConn:
 
 
 class RawConn:
-    """A bare websocket for deliberately broken behaviour; frames go through the trace."""
+    """A bare websocket for deliberately broken behaviour; frames go through the trace.
+
+    What it sends is the probe's own (a resume with a stale token, an event the client
+    builders refuse to make), but what it learns from the server — the session's id, its
+    rotating resume token, the last sequenced event — is read by a :class:`ClientSession`,
+    the one reader of those frames: every received frame is fed to it. Its invariant checker
+    is not consulted; what the server got wrong is the probe's to judge, from the frames."""
 
     def __init__(self, ctx: ProbeContext, label: str, ws: ClientConnection) -> None:
         self.ctx = ctx
         self.label = label
         self.ws = ws
-        self.session_id: str | None = None
-        self.resume_token: str | None = None
-        self.last_seq = 0
+        self.session = ClientSession()
+        self.session.begin_connection()
         self.ended = False
         # an opening session.update the server has not answered yet (neither session.created
         # nor an error): the server may be holding a session for it
         self.open_pending = False
+
+    @property
+    def session_id(self) -> str | None:
+        return self.session.session_id
+
+    @session_id.setter
+    def session_id(self, value: str | None) -> None:  # a takeover's session moved here
+        self.session.session_id = value
+
+    @property
+    def resume_token(self) -> str | None:
+        return self.session.resume_token
+
+    @property
+    def last_seq(self) -> int:
+        return self.session.last_seq
 
     async def send(self, event: dict[str, Any] | str) -> int:
         text = event if isinstance(event, str) else codec.dumps(event)
@@ -396,18 +423,9 @@ class RawConn:
             self.ctx.trace.add(self.label, "in", "<not an object>", str(raw)[:60], t_ns=t)
             return {"type": "<not an object>"}, t
         self.ctx.trace.frame_in(self.label, frame, t)
-        seq = frame.get("server_event_seq")
-        if isinstance(seq, int) and seq > self.last_seq:
-            self.last_seq = seq
         if frame.get("type") in ("session.created", "error"):
             self.open_pending = False
-        if frame.get("type") == "session.created":
-            session = frame.get("session") if isinstance(frame.get("session"), dict) else {}
-            self.session_id = session.get("id") if isinstance(session, dict) else None
-            self.resume_token = frame.get("resume_token")
-        elif frame.get("type") == "session.resumed":
-            self.session_id = frame.get("session_id") or self.session_id
-            self.resume_token = frame.get("resume_token") or self.resume_token
+        self.session.on_frame(frame, t)  # id, token and seq (never raises on bad frames)
         return frame, t
 
     async def recv_until(
