@@ -160,17 +160,33 @@ async def drive(
     return shell.conn.frames()
 
 
-def timeline(caps: dict[str, Any], *, cancel_at: float | None) -> list[tuple[float, str, Any]]:
+BARGE_IN = {
+    "type": "overlap.decision",
+    "epoch": 0,
+    "action": "barge_in",
+    "metadata": {"reason": "server_vad_speech_started", "cancel_reason": "turn_detected"},
+}
+
+
+def timeline(
+    caps: dict[str, Any], *, cancel_at: float | None, by: str = "user", done_after: float = 0.004
+) -> list[tuple[float, str, Any]]:
     """A 1 s reply in five 200 ms chunks (50 ms apart), played on a 100 ms prebuffer,
-    ticks every 30 ms; optionally the user cancels mid-reply."""
+    ticks every 30 ms; optionally interrupted mid-reply at ``cancel_at``: by the user's
+    cancel, by the server's decision that the user barged in (``by="server"``), or by the
+    server cancelling the response alone (``by="done"``); the cancelled response.done comes
+    ``done_after`` s later."""
     events: list[tuple[float, str, Any]] = [(100.0, "frame", created(caps))]
     events.append((100.01, "frame", {"type": "response.created", "response": {"id": RID}}))
     for i in range(5):
         events.append((100.3 + 0.05 * i, "frame", delta(200)))
     stop = 101.6
     if cancel_at is not None:
-        events.append((cancel_at, "cancel", None))
-        events.append((cancel_at + 0.004, "frame", done("cancelled")))
+        if by == "user":
+            events.append((cancel_at, "cancel", None))
+        elif by == "server":
+            events.append((cancel_at, "frame", BARGE_IN))
+        events.append((cancel_at + done_after, "frame", done("cancelled")))
         stop = cancel_at + 0.3
     else:
         events.append((100.6, "frame", done("completed")))
@@ -229,3 +245,24 @@ async def test_replay_and_talk_send_the_same_frames(
         else:
             assert [(f["item_id"], f["audio_end_ms"]) for f in truncates] == [(f"item_{RID}", 250)]
     assert any(f["type"] == "session.event_ack" for f in replay_frames)
+
+
+@pytest.mark.parametrize("caps", CAPS[:2])
+@pytest.mark.parametrize(
+    ("by", "heard_ms"),
+    [("server", 250), ("done", 400)],  # stopped at the decision (100.65), or at the done (100.8)
+)
+async def test_a_server_signal_stops_playback_the_same_way_in_replay_and_talk(
+    clock: FakeClock, caps: dict[str, Any], by: str, heard_ms: int
+) -> None:
+    """The server's barge-in decision stops playback at once, whichever shell plays it; the
+    cancelled response.done 150 ms later finds it stopped (protocol/playback_stop.py). A
+    cancel the server sends alone stops playback at the done."""
+    line = timeline(caps, cancel_at=100.65, by=by, done_after=0.15)
+    replay_frames = await drive(ReplayShell(clock), clock, line)
+    talk_frames = await drive(TalkShell(clock), clock, line)
+    assert replay_frames == talk_frames
+    truncates = [f for f in replay_frames if f["type"] == "conversation.item.truncate"]
+    if caps.get("supports_audio_truncate"):
+        assert [(f["item_id"], f["audio_end_ms"]) for f in truncates] == [(f"item_{RID}", heard_ms)]
+    assert not any(f["type"] == "response.cancel" for f in replay_frames)  # the server's doing

@@ -2,7 +2,8 @@
 
 Called by the connection for every happening (synchronously, in the socket's receive path,
 so it stays quick): assigns responses to turns, feeds each answer's playback clock, flushes
-on the first trusted stop signal (a cancelled ``response.done``), starts the answer clock of
+on the first of the server's stop signals (protocol/playback_stop.py: a barge-in decision
+or a cancelled ``response.done``), starts the answer clock of
 a committed turn (the server's ``speech_stopped`` / ``committed``), records errors, logs the
 wire trace, and keeps the record of every drop and resume — the scripted ones (a ``drop``
 step) and the ones the server caused, which the connection resumes by itself and which
@@ -38,6 +39,7 @@ from duplexctl.protocol.client_state import (
     FunctionCall,
     Happening,
     Listen,
+    OverlapDecision,
     ResponseCreated,
     ResponseDone,
     SessionClosed,
@@ -48,6 +50,7 @@ from duplexctl.protocol.client_state import (
 )
 from duplexctl.protocol.commits import LOST_AT_DROP, Verdicts
 from duplexctl.protocol.errors import BOOKKEEPING_CODES
+from duplexctl.protocol.playback_stop import playback_stop
 from duplexctl.report.turns import ResumeTimes
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.model import TurnEnd
@@ -115,6 +118,9 @@ class Listener:
             self._answer_ended(h)
         elif isinstance(h, ResponseDone):
             self._response_done(h)
+        elif isinstance(h, OverlapDecision):
+            if playback_stop(h) is not None:  # the server heard the user over the answer
+                self.playback.flush_playing(h.recv_ns)
         elif isinstance(h, FunctionCall):
             run.unassign(h.response_id)  # bound at its response.created: it answers no turn
             if self.on_call is not None:
@@ -233,16 +239,17 @@ class Listener:
         run = self.run
         if run.artifacts is not None:
             run.artifacts.response_finished(h.response_id, h.status or "unknown")
+        stops = playback_stop(h) is not None  # cancelled (protocol/playback_stop.py)
         if run.session.continuous_output:  # the answer's end is AnswerEnded (it follows)
             bound = run.by_response.get(h.response_id)
-            if bound is not None and h.status == "cancelled":
+            if bound is not None and stops:
                 self.playback.flush(bound, h.recv_ns)
             return
         turn = self._bound(h.response_id)
         if turn is None:  # a tool call's response: it answered no turn
             return
-        if h.status == "cancelled":
-            self.playback.flush(turn, h.recv_ns)  # the first trusted stop signal
+        if stops:
+            self.playback.flush(turn, h.recv_ns)
         turn.done.set()
         if self.playback.answer_over(h.response_id):
             self.assembly.finish(turn)

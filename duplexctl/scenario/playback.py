@@ -92,7 +92,11 @@ class ReplayPlayback:
         if turn.response_id is None:
             return
         play = self.run.plays.get(turn.response_id)
-        if play is None or play.flushed:
+        if play is not None:
+            self._flush(play, at_ns)
+
+    def _flush(self, play: Play, at_ns: int) -> None:
+        if play.flushed:
             return
         self._write_heard(play, at_ns / NS_PER_S)
         heard = play.clock.flush(at_ns / NS_PER_S)
@@ -106,6 +110,14 @@ class ReplayPlayback:
             self.run.artifacts.note(
                 at_ns, "playback.flush", response_id=play.response_id, heard_ms=heard
             )
+
+    def flush_playing(self, at_ns: int) -> None:
+        """A server signal stopped whatever is playing (protocol/playback_stop.py): flush
+        every answer whose clock has not played all it received by ``at_ns``."""
+        at_s = at_ns / NS_PER_S
+        for play in list(self.run.plays.values()):
+            if not play.clock.done_playing(at_s):
+                self._flush(play, at_ns)
 
     def answer_ended(self, response_id: str, turn: LiveTurn) -> None:
         """A continuous lane's answer is over (docs/protocol.md §13.2): its turn finishes
