@@ -114,6 +114,9 @@ STEP_DURATION_S = 8
 TALK_DURATION_S = 6
 COMMAND_TIMEOUT_S = 240
 PARALLEL_BLOCKS = 3
+#: the time-bound blocks run two at a time: they are timed, and one of them is the
+#: regression guide's two 50-session loads, which take a core between them
+TIMED_PARALLEL_BLOCKS = 2
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _ENV_DROPPED = ("DUPLEXCTL_URL", "DUPLEXCTL_API_KEY", "DUPLEXCTL_CA_FILE", "DUPLEXCTL_INSECURE")
 _EXIT_COMMENT = re.compile(r"\bexit (\d+)\b")
@@ -220,13 +223,17 @@ _TIME_THRESHOLD = re.compile(r"\d\s*(ms|s)\s*$")
 
 def judges_a_time_bound(example: Example) -> bool:
     """Whether the example's exit code is the verdict of a time bound on the server it
-    measures: an ``--slo`` with a duration threshold (``ttfa_p99<=2s``), or a capacity
-    search (its steps are judged by such SLOs). On a busy machine the reference server
-    answers late and the verdict changes, so these examples run in the quiet lane."""
+    measures: an ``--slo`` with a duration threshold (``ttfa_p99<=2s``), a capacity search
+    (its steps are judged by such SLOs), or a replay of a scenario (``.toml``), whose
+    expectations judge the conversation in time — a stop latency under 400 ms, a barge-in
+    that lands while the answer plays, a backchannel while the user speaks. On a busy
+    machine the reference server answers late and the verdict changes, so these examples
+    run in the quiet lane."""
     argv = example.argv
     slos = [v for w, v in itertools.pairwise(argv) if w == "--slo"]
     slos += [w.split("=", 1)[1] for w in argv if w.startswith("--slo=")]
-    return "--find-capacity" in argv or any(_TIME_THRESHOLD.search(s) for s in slos)
+    scenario = argv[:1] == ("replay",) and any(w.endswith(".toml") for w in argv[1:])
+    return "--find-capacity" in argv or scenario or any(_TIME_THRESHOLD.search(s) for s in slos)
 
 
 def _blocks(of: list[Example]) -> list[list[Example]]:
@@ -474,8 +481,9 @@ def run_block(block: list[Example], sound: dict[str, str] | None) -> list[Outcom
 
 
 @contextlib.contextmanager
-def run_blocks(of: list[Example]) -> Iterator[dict[Example, Outcome]]:
-    """The examples run once, their blocks in parallel (talk's with a private PulseAudio)."""
+def run_blocks(of: list[Example], parallel: int) -> Iterator[dict[Example, Outcome]]:
+    """The examples run once, ``parallel`` blocks at a time (talk's with a private
+    PulseAudio)."""
     from support.pulse import pulseaudio_available, start_pulse
 
     talks = any(e.argv[:1] == ("talk",) for e in of)
@@ -484,7 +492,7 @@ def run_blocks(of: list[Example]) -> Iterator[dict[Example, Outcome]]:
         sound = sound_server.env if sound_server is not None else None
         # the longest blocks first, so the parallel run ends soonest
         order = sorted(_blocks(of), key=len, reverse=True)
-        with ThreadPoolExecutor(max_workers=PARALLEL_BLOCKS) as pool:
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
             results = pool.map(lambda block: run_block(block, sound), order)
             yield {o.example: o for outcomes in results for o in outcomes}
     finally:
@@ -495,14 +503,14 @@ def run_blocks(of: list[Example]) -> Iterator[dict[Example, Outcome]]:
 @pytest.fixture(scope="module")
 def outcomes() -> Iterator[dict[Example, Outcome]]:
     """Every example that judges no time bound, run once."""
-    with run_blocks(UNTIMED_EXAMPLES) as ran:
+    with run_blocks(UNTIMED_EXAMPLES, PARALLEL_BLOCKS) as ran:
         yield ran
 
 
 @pytest.fixture(scope="module")
 def timed_outcomes() -> Iterator[dict[Example, Outcome]]:
     """The blocks whose exit codes are time bounds' verdicts, run once in the quiet lane."""
-    with run_blocks(TIMED_EXAMPLES) as ran:
+    with run_blocks(TIMED_EXAMPLES, TIMED_PARALLEL_BLOCKS) as ran:
         yield ran
 
 
@@ -540,7 +548,9 @@ def test_the_time_bound_examples_are_told_apart() -> None:
     assert judges_a_time_bound(ex("load", "--slo=ttfa_p95<=800ms"))
     assert judges_a_time_bound(ex("load", "--find-capacity", "--slo", "failure_rate<=0.01"))
     assert not judges_a_time_bound(ex("load", "--slo", "failure_rate<=0"))
+    assert judges_a_time_bound(ex("replay", "recordings/backchannel.toml"))
     assert not judges_a_time_bound(ex("replay", "recordings/hello.wav"))
+    assert not judges_a_time_bound(ex("report", "run1", "--out", "x.toml"))
     timed = {(e.source, e.line) for e in TIMED_EXAMPLES}
     assert ("docs/regression.md", 16) in timed and ("docs/regression.md", 9) in timed
     assert not timed & {(e.source, e.line) for e in UNTIMED_EXAMPLES}

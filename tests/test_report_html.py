@@ -251,6 +251,7 @@ def test_capacity_search_page_shows_the_steps_and_the_knee(tmp_path: Path) -> No
         tmp_path / "cap",
         "--find-capacity", "--step-duration", "3s", "--max-level", "2", "--slo", "ttfa_p95<=5s",
         "--server-option", "reply_seconds=0.5", "--server-option", "disconnect_grace_s=1",
+        duration="3s",  # a search runs timed steps: not bounded by --count
     )  # fmt: skip
     steps = json.loads((out / "report.json").read_text())["capacity_search"]["steps"]
     seen = open_page(

@@ -28,7 +28,7 @@ def _ttft_count(section: dict) -> float:
 
 
 def test_report_summarises_again_from_server_metrics_jsonl(tmp_path: Path) -> None:
-    run = saved_load_run(tmp_path / "run", "--scrape-interval", "0.2", duration="3s")
+    run = saved_load_run(tmp_path / "run", "--scrape-interval", "0.2")
     saved = json.loads((run / "report.json").read_text())
     original = saved["server_metrics"]
     # the section is rebuilt from the JSONL file, not copied from report.json
@@ -60,7 +60,7 @@ def test_report_merges_each_runs_server_metrics_beside_the_others(tmp_path: Path
 
 
 def test_plots_put_the_server_on_the_latency_time_axis(tmp_path: Path) -> None:
-    run = saved_load_run(tmp_path / "run", "--scrape-interval", "0.2", duration="3s")
+    run = saved_load_run(tmp_path / "run", "--scrape-interval", "0.2")
     plotted = _report(str(run), "--plot", str(tmp_path / "plots"))
     assert plotted.returncode == 0, plotted.stderr
     assert (tmp_path / "plots" / "server_over_time.png").stat().st_size > 1000

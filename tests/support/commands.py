@@ -75,17 +75,22 @@ def serve(*args: str, timeout_s: float = 60.0) -> Iterator[tuple[str, subprocess
             proc.wait()
 
 
-def saved_load_run(out: Path, *extra: str, duration: str = "3s") -> Path:
-    """A short load run against the embedded server, written to ``out`` (3 s: a turn of the
-    short clip with a 1 s answer completes in about 2.5 s; a run that completes none exits 1)."""
+def saved_load_run(out: Path, *extra: str, duration: str | None = None) -> Path:
+    """A short load run against the embedded server, written to ``out``.
+
+    By default the run is bounded by work, not by time: two sessions of one turn each
+    (``--count 2``; a turn of the short clip with a 1 s answer takes about 2.5 s), so it
+    completes its turns however busy the machine is — a 3 s run once completed none beside
+    busy workers, and a run that completes no turn exits 1. ``duration`` runs for that
+    long instead, for the tests that need time slices."""
+    bound = ["--duration", duration] if duration is not None else ["--count", "2"]
     run = subprocess.run(
         duplexctl_cmd(
             "load",
             SHORT,
             "--sessions",
             "2",
-            "--duration",
-            duration,
+            *bound,
             "--workers",
             "1",
             "--plain",
