@@ -84,6 +84,11 @@ def test_only_a_live_session_may_resume_and_a_detached_one_can_still_end() -> No
     assert next_phase(Phase.REPLACED, Signal.RESYNC) is Phase.REPLACED
 
 
+def test_a_new_seq_moves_only_a_replaying_session() -> None:
+    """ClientSession skips the lookup for a new seq outside REPLAYING (once per frame)."""
+    assert [p for (p, s) in TRANSITIONS if s is Signal.NEW_SEQ] == [Phase.REPLAYING]
+
+
 def test_the_table_lists_only_changes() -> None:
     """A row that maps a phase to itself would be a second way of saying "unchanged"."""
     assert all(after is not phase for (phase, _), after in TRANSITIONS.items())

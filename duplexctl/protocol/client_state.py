@@ -655,7 +655,8 @@ class ClientSession:
                         frame=frame,
                     )
                 return []
-            self._move(Signal.NEW_SEQ)
+            if self.phase is Phase.REPLAYING:  # the one phase a new seq moves (lifecycle.py):
+                self._move(Signal.NEW_SEQ)  # no table lookup per frame on the hot path
             if seq > self.last_seq + 1:
                 self.seq_gaps += 1
                 self.missing_events += seq - self.last_seq - 1
