@@ -425,7 +425,7 @@ class RawConn:
         self.ctx.trace.frame_in(self.label, frame, t)
         if frame.get("type") in ("session.created", "error"):
             self.open_pending = False
-        self.session.on_frame(frame, t)  # id, token and seq (never raises on bad frames)
+        self.session.on_message(raw, t)  # id, token and seq; never raises, even on a bug
         return frame, t
 
     async def recv_until(
