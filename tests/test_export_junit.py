@@ -54,6 +54,7 @@ def test_probe_that_cannot_reach_its_server_writes_an_error(tmp_path: Path) -> N
     assert kind == "error" and "refused" in message.lower()
 
 
+@pytest.mark.timing  # level 1 must pass: a step fails as invalid_pacing when the client cannot keep time
 def test_load_capacity_search_a_case_per_level(tmp_path: Path) -> None:
     path = tmp_path / "load.xml"
     run = _run(
