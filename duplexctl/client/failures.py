@@ -5,7 +5,7 @@ failure is called (the cause ``load`` counts attempts by) and what the user is t
 (``--ca-file``, ``wss://``, the path a duplex server serves) could only be tested through a
 real failing server. Here it is a pure function of the exception, the URL and two facts the
 connection knows (was TCP/TLS up? how long was waited?); the hostile-server tests check the
-same lines end to end, and tests/test_client_failures.py checks every rule without a socket.
+same lines end to end, and tests/test_client_handshake.py checks every rule without a socket.
 The rules are tried in order, the most specific first.
 """
 

@@ -19,25 +19,12 @@ tests/test_playback_duty_shells.py holds them to the same frames.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from duplexctl.protocol.client_state import Happening, OverlapDecision, ResponseDone
 
 
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """Playback to stop now: ``response_id``'s, or (None) everything still playing."""
-
-    response_id: str | None
-
-
-EVERYTHING = Stop(None)
-
-
-def playback_stop(h: Happening) -> Stop | None:
-    """The playback ``h`` stops, or None when it stops nothing."""
-    if isinstance(h, OverlapDecision) and h.action == "barge_in":
-        return EVERYTHING
-    if isinstance(h, ResponseDone) and h.status == "cancelled":
-        return Stop(h.response_id)
-    return None
+def stops_playback(h: Happening) -> bool:
+    """Whether ``h`` is a server stop signal: a barge-in decision (it stops whatever still
+    plays) or a cancelled ``response.done`` (it stops its response)."""
+    if isinstance(h, OverlapDecision):
+        return h.action == "barge_in"
+    return isinstance(h, ResponseDone) and h.status == "cancelled"

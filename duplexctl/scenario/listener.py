@@ -50,7 +50,7 @@ from duplexctl.protocol.client_state import (
 )
 from duplexctl.protocol.commits import LOST_AT_DROP, Verdicts
 from duplexctl.protocol.errors import BOOKKEEPING_CODES
-from duplexctl.protocol.playback_stop import playback_stop
+from duplexctl.protocol.playback_stop import stops_playback
 from duplexctl.report.turns import ResumeTimes
 from duplexctl.scenario.assembly import TurnAssembly
 from duplexctl.scenario.model import TurnEnd
@@ -119,7 +119,7 @@ class Listener:
         elif isinstance(h, ResponseDone):
             self._response_done(h)
         elif isinstance(h, OverlapDecision):
-            if playback_stop(h) is not None:  # the server heard the user over the answer
+            if stops_playback(h):  # the server heard the user over the answer
                 self.playback.flush_playing(h.recv_ns)
         elif isinstance(h, FunctionCall):
             run.unassign(h.response_id)  # bound at its response.created: it answers no turn
@@ -239,7 +239,7 @@ class Listener:
         run = self.run
         if run.artifacts is not None:
             run.artifacts.response_finished(h.response_id, h.status or "unknown")
-        stops = playback_stop(h) is not None  # cancelled (protocol/playback_stop.py)
+        stops = stops_playback(h)  # cancelled (protocol/playback_stop.py)
         if run.session.continuous_output:  # the answer's end is AnswerEnded (it follows)
             bound = run.by_response.get(h.response_id)
             if bound is not None and stops:

@@ -78,7 +78,7 @@ from duplexctl.protocol.client_state import (
 )
 from duplexctl.protocol.errors import BOOKKEEPING_CODES, refuses_server_vad
 from duplexctl.protocol.playback_duty import PlaybackDuty
-from duplexctl.protocol.playback_stop import playback_stop
+from duplexctl.protocol.playback_stop import stops_playback
 from duplexctl.protocol.settings import SessionSettings, TurnEnd
 from duplexctl.report.turns import BargeTimes, Delta, Figure, TurnRecord, TurnTimes, compute_turn
 from duplexctl.rundir import Writes
@@ -844,7 +844,7 @@ class TalkSession:
         elif isinstance(h, ResponseDone):
             await self._on_done(h)
         elif isinstance(h, OverlapDecision):
-            if playback_stop(h) is not None:  # the server heard the user over the answer
+            if stops_playback(h):  # the server heard the user over the answer
                 await self._interrupt("server")
         elif isinstance(h, SpeechStarted):
             self.view.set_state(state="you are speaking (server VAD)")
@@ -982,7 +982,7 @@ class TalkSession:
             self.artifacts.response_finished(h.response_id, h.status or "unknown")
         text = h.track.transcript or h.track.text
         self.view.response_finished(h.response_id, h.status, text)
-        if playback_stop(h) is not None and not st.flushed:
+        if stops_playback(h) and not st.flushed:
             await self._interrupt("server")  # cancelled: protocol/playback_stop.py
         await self._send_owed(time.monotonic())  # a truncate follows the cancelled done
         self._ack_wakeup.set()
