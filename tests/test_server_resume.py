@@ -247,6 +247,7 @@ async def test_journal_overflow_notice_then_unsequenced_live_events() -> None:
         assert await closed_code(ws2) == (1006, "")
 
 
+@pytest.mark.timing  # a 0.2 s journal TTL against a 0.3 s sleep: late wake-ups reorder them
 async def test_replay_ttl_prunes_into_a_gap() -> None:
     async with running(resume_replay_ttl_s=0.2) as server:
         ws, created, _ = await open_session(server)
